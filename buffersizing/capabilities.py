@@ -1,0 +1,184 @@
+"""What this machine can do, probed rather than assumed (`bufsize doctor`)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from pathlib import Path
+
+from buffersizing import netns
+from buffersizing.config import available_congestion_controls
+from buffersizing.errors import MachineError
+from buffersizing.proc import run
+from topologies.delay import HELPER
+
+TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+TRACEPOINTS = ("qdisc/qdisc_dequeue", "qdisc/qdisc_enqueue", "net/net_dev_xmit", "tcp/tcp_probe")
+# Each qdisc with the fewest arguments it accepts.
+QDISCS = {"htb": [], "tbf": ["rate", "1mbit", "burst", "3028", "limit", "10000"], "bfifo": [], "netem": []}
+REQUIRED_TOOLS = ("ip", "tc", "bridge", "ethtool", "nsenter", "ping", "ss")
+
+
+@cache
+def qdisc_support() -> dict[str, bool]:
+    """Try each qdisc on the loopback of a throwaway namespace (recognised by `bufsize clean`)."""
+    probe = f"{netns.PREFIX}probe-{os.getpid()}"
+    netns.add_many([probe])
+    try:
+        found = {}
+        for kind, args in QDISCS.items():
+            res = run(["tc", "-n", probe, "qdisc", "add", "dev", "lo", "root", "handle", "1:", kind, *args],
+                      check=False)
+            found[kind] = res.returncode == 0
+            run(["tc", "-n", probe, "qdisc", "del", "dev", "lo", "root"], check=False)
+        return found
+    finally:
+        netns.delete(probe)
+
+
+def tracefs_root() -> str | None:
+    for root in TRACEFS_CANDIDATES:
+        if os.path.isdir(os.path.join(root, "events")):
+            return root
+    return None
+
+
+def tracepoints() -> dict[str, bool]:
+    """Which tracepoints exist. tracefs is mounted if the kernel has it but nobody mounted it."""
+    root = tracefs_root()
+    if root is None and os.path.isdir("/sys/kernel/tracing"):
+        run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"], check=False)
+        root = tracefs_root()
+    return {tp: bool(root) and os.path.isdir(os.path.join(root, "events", tp)) for tp in TRACEPOINTS}
+
+
+def kernel_has_module(name: str) -> bool:
+    """Loaded, built in, or loadable: /sys/module, then modules.dep of the running kernel."""
+    if Path(f"/sys/module/{name}").exists():
+        return True
+    dep = Path(f"/lib/modules/{os.uname().release}/modules.dep")
+    try:
+        return re.search(rf"/{name}\.ko", dep.read_text()) is not None
+    except OSError:
+        return False
+
+
+def tool_version(argv: list[str]) -> str | None:
+    if shutil.which(argv[0]) is None:
+        return None
+    res = run(argv, check=False, timeout=10)
+    text = (res.stdout + res.stderr).strip().splitlines()
+    return text[0] if text else None
+
+
+def iperf2_version() -> tuple[int, ...] | None:
+    line = tool_version(["iperf", "-v"])
+    m = re.search(r"iperf version (\d+)\.(\d+)\.(\d+)", line or "")
+    return tuple(int(x) for x in m.groups()) if m else None
+
+
+@dataclass
+class Capabilities:
+    root: bool
+    kernel: str
+    qdiscs: dict[str, bool]
+    openvswitch_module: bool
+    tracepoints: dict[str, bool]
+    congestion_controls: list[str]
+    default_congestion_control: str
+    iperf: str | None
+    iperf3: str | None
+    tools_missing: list[str]
+    delayline_built: bool
+    delay_backend: str | None
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def resolve_backend(requested: str, qdiscs: dict[str, bool], delayline_built: bool) -> str:
+    """auto: netem where the kernel has it (no userspace hop), else the delay line."""
+    if requested == "netem" and not qdiscs.get("netem"):
+        raise MachineError("--delay-backend netem: this kernel has no sch_netem (use delayline or auto)")
+    if requested == "delayline" and not delayline_built:
+        raise MachineError(f"--delay-backend delayline: {HELPER} is not built (run ./setup.sh)")
+    if requested != "auto":
+        return requested
+    if qdiscs.get("netem"):
+        return "netem"
+    if delayline_built:
+        return "delayline"
+    raise MachineError("no delay backend: the kernel has no netem and the delay line is not built (run ./setup.sh)")
+
+
+def probe() -> Capabilities:
+    root = os.geteuid() == 0
+    missing = [t for t in REQUIRED_TOOLS if shutil.which(t) is None]
+    qd = qdisc_support() if root and not missing else {k: False for k in QDISCS}
+    try:
+        cc_default = Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+    except OSError:
+        cc_default = "unknown"
+    ccs = available_congestion_controls()
+    caps = Capabilities(
+        root=root,
+        kernel=os.uname().release,
+        qdiscs=qd,
+        openvswitch_module=kernel_has_module("openvswitch"),
+        tracepoints=tracepoints() if root else {},
+        congestion_controls=ccs + (["bic (module)"] if "bic" not in ccs and kernel_has_module("tcp_bic") else []),
+        default_congestion_control=cc_default,
+        iperf=tool_version(["iperf", "-v"]),
+        iperf3=tool_version(["iperf3", "-v"]),
+        tools_missing=missing,
+        delayline_built=HELPER.exists(),
+        delay_backend=None,
+    )
+    if not root:
+        caps.problems.append("not running as root: namespaces and qdiscs need root")
+    if missing:
+        caps.problems.append(f"missing tools: {', '.join(missing)} (run ./setup.sh)")
+    for kind in ("htb", "tbf", "bfifo"):
+        if root and not missing and not qd[kind]:
+            caps.problems.append(f"the kernel has no {kind} qdisc")
+    v = iperf2_version()
+    if v is None:
+        caps.problems.append("iperf 2 is not installed (run ./setup.sh)")
+    elif v < (2, 1, 0):
+        caps.problems.append(f"iperf {'.'.join(map(str, v))} is older than 2.1 (no --txdelay-time)")
+    try:
+        caps.delay_backend = resolve_backend("auto", qd, caps.delayline_built)
+    except MachineError as e:
+        caps.problems.append(str(e))
+    if not qd.get("netem"):
+        caps.notes.append("no sch_netem in this kernel: propagation delay comes from the userspace delay line")
+    if "reno" not in ccs:
+        caps.notes.append("reno is not available: theory checks (which assume Reno) cannot run as specified")
+    if cc_default != "reno":
+        caps.notes.append(f"kernel default congestion control is {cc_default}; every run sets its own (default reno)")
+    return caps
+
+
+def format_report(c: Capabilities) -> str:
+    yes = {True: "yes", False: "no"}
+    lines = [
+        f"root:                 {yes[c.root]}",
+        f"kernel:               {c.kernel}",
+        "qdiscs:               " + ", ".join(f"{k} {yes[v]}" for k, v in c.qdiscs.items()),
+        f"openvswitch module:   {yes[c.openvswitch_module]}",
+        "tracepoints:          " + (", ".join(f"{k} {yes[v]}" for k, v in c.tracepoints.items()) or "not checked"),
+        f"congestion controls:  {' '.join(c.congestion_controls)} (kernel default {c.default_congestion_control})",
+        f"iperf:                {c.iperf or 'missing'}",
+        f"iperf3:               {c.iperf3 or 'missing'}",
+        f"delay line helper:    {'built' if c.delayline_built else 'not built'}",
+        f"delay backend (auto): {c.delay_backend or 'none'}",
+    ]
+    lines += [f"note: {n}" for n in c.notes]
+    lines += [f"PROBLEM: {p}" for p in c.problems]
+    lines.append("ok" if not c.problems else "not ok: fix the problems above")
+    return "\n".join(lines)

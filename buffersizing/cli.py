@@ -1,0 +1,188 @@
+"""The `bufsize` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import NoReturn
+
+from buffersizing.config import DELAY_BACKENDS, SHAPERS, DumbbellConfig, buffer_from_args, parse_rtts
+from buffersizing.errors import MachineError, RunError, UsageError
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line naming the problem, exit status 2 (argparse would print the whole usage too).
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    # Turn SIGTERM/SIGHUP into an exception so every `with Dumbbell(...)` block tears down.
+    raise SystemExit(128 + signum)
+
+
+def add_topology_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--hosts", type=int, default=2, help="sender hosts, 1 to 400 (default 2)")
+    p.add_argument("--rate-mbps", type=float, default=62.5, help="bottleneck rate C (default 62.5)")
+    p.add_argument("--rtt-ms", default="87",
+                   help="round-trip time per sender host: 87, a list 20,40 (one per host) or a range 20..300")
+    p.add_argument("--buffer-bytes", type=int, help="bottleneck buffer (bfifo limit) in bytes (default: BDP)")
+    p.add_argument("--buffer-packets", type=float, help="bottleneck buffer in 1514-byte packets")
+    p.add_argument("--shaper", choices=SHAPERS, default="tbf",
+                   help="bottleneck shaper (default tbf: it paces evenly on this kernel, see README)")
+    p.add_argument("--delay-backend", choices=DELAY_BACKENDS, default="auto",
+                   help="propagation delay: netem, the userspace delay line, or auto (netem if the kernel has it)")
+    p.add_argument("--cc", default="reno", help="TCP congestion control on every host (default reno)")
+    p.add_argument("--access-mbps", type=float, default=1000.0, help="access link rate, 0 = unshaped (default 1000)")
+
+
+def config_from_args(a: argparse.Namespace) -> DumbbellConfig:
+    if not 1 <= a.hosts <= 400:
+        raise UsageError(f"--hosts {a.hosts}: must be a whole number from 1 to 400")
+    cfg = DumbbellConfig(hosts=a.hosts, rate_mbps=a.rate_mbps, rtt_ms=parse_rtts(a.rtt_ms, a.hosts),
+                         buffer_bytes=buffer_from_args(a.buffer_bytes, a.buffer_packets), shaper=a.shaper,
+                         delay_backend=a.delay_backend, cc=a.cc, access_mbps=a.access_mbps)
+    cfg.validate()
+    return cfg
+
+
+def require_root() -> None:
+    import os
+
+    if os.geteuid() != 0:
+        raise MachineError("bufsize needs root (network namespaces, qdiscs): run it with sudo")
+
+
+def cmd_doctor(a: argparse.Namespace) -> int:
+    from buffersizing.capabilities import format_report, probe
+
+    caps = probe()
+    print(json.dumps(caps.to_dict(), indent=1) if a.json else format_report(caps))
+    return 0 if not caps.problems else 1
+
+
+def resolve(cfg: DumbbellConfig) -> str:
+    from buffersizing.capabilities import qdisc_support, resolve_backend
+    from topologies.delay import HELPER
+
+    return resolve_backend(cfg.delay_backend, qdisc_support(), HELPER.exists())
+
+
+def run_verify(cfg: DumbbellConfig, duration: float, rate_test: bool = True) -> dict:
+    from buffersizing.verify import measure_rate, measure_rtts, summarize
+    from topologies.dumbbell import Dumbbell
+
+    backend = resolve(cfg)
+    t0 = time.monotonic()
+    with Dumbbell(cfg, backend) as net:
+        built = time.monotonic() - t0
+        pings = measure_rtts(net)
+        rate = measure_rate(net, duration=duration) if rate_test else None
+        summary = summarize(net, pings, rate)
+    summary["build_seconds"] = round(built, 2)
+    summary["wall_seconds"] = round(time.monotonic() - t0, 2)
+    return summary
+
+
+def cmd_verify(a: argparse.Namespace) -> int:
+    from buffersizing.verify import format_summary
+
+    cfg = config_from_args(a)
+    if a.duration <= 0:
+        raise UsageError(f"--duration {a.duration:g}: must be > 0 seconds")
+    require_root()
+    if not a.json:
+        print(f"building a dumbbell of {cfg.hosts} hosts and measuring it ...", file=sys.stderr)
+    summary = run_verify(cfg, a.duration, rate_test=not a.no_rate)
+    if a.out:
+        out = Path(a.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "verify.json").write_text(json.dumps(summary | {"config": cfg.to_dict()}, indent=1) + "\n")
+    print(json.dumps(summary, indent=1) if a.json else format_summary(summary))
+    return 0 if summary["ok"] else 1
+
+
+def cmd_clean(a: argparse.Namespace) -> int:
+    from buffersizing.runstate import clean_leftovers
+
+    require_root()
+    removed = clean_leftovers()
+    for r in removed:
+        print(f"removed {r}")
+    print("nothing to clean" if not removed else f"cleaned {len(removed)} item(s)")
+    return 0
+
+
+def cmd_quick(a: argparse.Namespace) -> int:
+    """The main job: check the machine, then verify the paper's dumbbell and a spread of RTTs."""
+    from buffersizing.capabilities import format_report, probe
+    from buffersizing.verify import format_summary
+
+    require_root()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    caps = probe()
+    print(format_report(caps))
+    (out / "doctor.json").write_text(json.dumps(caps.to_dict(), indent=1) + "\n")
+    if caps.problems:
+        return 1
+    ok = True
+    runs = {
+        "verify-87ms": DumbbellConfig(hosts=2, rtt_ms=[87.0, 87.0]),
+        "verify-20-300ms": DumbbellConfig(hosts=8, rtt_ms=parse_rtts("20..300", 8)),
+    }
+    for name, cfg in runs.items():
+        print(f"\n== {name}: {cfg.hosts} hosts, RTT {cfg.rtt_ms[0]:g}..{cfg.rtt_ms[-1]:g} ms, {cfg.rate_mbps} Mb/s")
+        s = run_verify(cfg, duration=5.0)
+        (out / f"{name}.json").write_text(json.dumps(s | {"config": cfg.to_dict()}, indent=1) + "\n")
+        print(format_summary(s))
+        ok &= s["ok"]
+    print(f"\nresults written to {out}/")
+    return 0 if ok else 1
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="bufsize", description="Router buffer sizing testbed: real TCP over an emulated dumbbell.")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=Parser)
+
+    d = sub.add_parser("doctor", help="what this machine can do and which delay backend it will use")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=cmd_doctor)
+
+    v = sub.add_parser("verify", help="build a dumbbell, measure RTT and bottleneck rate against the configuration")
+    add_topology_args(v)
+    v.add_argument("--duration", type=float, default=5.0, help="seconds of rate measurement after warm-up")
+    v.add_argument("--no-rate", action="store_true", help="measure RTTs only")
+    v.add_argument("--out", help="directory to write verify.json into")
+    v.add_argument("--json", action="store_true")
+    v.set_defaults(func=cmd_verify)
+
+    c = sub.add_parser("clean", help="remove what a killed run left behind (only the toolkit's own)")
+    c.set_defaults(func=cmd_clean)
+
+    q = sub.add_parser("quick", help="the main job of ./setup.sh quick")
+    q.add_argument("--out", default="results/quick")
+    q.set_defaults(func=cmd_quick)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGHUP, _on_signal)
+    try:
+        return args.func(args)
+    except (UsageError, MachineError, RunError) as e:
+        print(f"bufsize {args.cmd}: {e}", file=sys.stderr)
+        return e.exit_status
+    except KeyboardInterrupt:
+        print(f"bufsize {args.cmd}: interrupted; everything the run created was removed", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

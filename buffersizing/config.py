@@ -1,0 +1,127 @@
+"""What a user asks for, validated before anything is created."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from buffersizing import FRAME_BYTES
+from buffersizing.errors import UsageError
+
+MAX_HOSTS = 400
+MAX_RATE_MBPS = 10_000.0
+MAX_RTT_MS = 10_000.0
+MAX_BUFFER_BYTES = 1 << 30  # bfifo limit is a u32; 1 GiB is far beyond any sensible buffer
+SHAPERS = ("tbf", "htb")
+DELAY_BACKENDS = ("auto", "netem", "delayline")
+
+
+def available_congestion_controls() -> list[str]:
+    try:
+        text = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text()
+    except OSError:
+        return []
+    return text.split()
+
+
+def parse_rtts(spec: str, hosts: int) -> list[float]:
+    """RTT per sender host from '87', a list '20,40,80' (one per host) or a range '20..300'.
+
+    A range is spread evenly over the hosts, lowest to highest, so flows on different hosts
+    see different RTTs and desynchronize as in the paper.
+    """
+    text = spec.strip()
+    try:
+        if ".." in text:
+            lo_s, hi_s = text.split("..", 1)
+            lo, hi = float(lo_s), float(hi_s)
+            if hi < lo:
+                raise UsageError(f"--rtt-ms {spec}: a range must go from low to high")
+            values = [lo + (hi - lo) * i / (hosts - 1) for i in range(hosts)] if hosts > 1 else [lo]
+        elif "," in text:
+            values = [float(v) for v in text.split(",")]
+            if len(values) != hosts:
+                raise UsageError(f"--rtt-ms {spec}: a list needs one RTT per host ({hosts}), got {len(values)}")
+        else:
+            values = [float(text)] * hosts
+    except ValueError as e:
+        raise UsageError(f"--rtt-ms {spec}: expected a number, a list 'a,b,c' or a range 'lo..hi' in ms") from e
+    for v in values:
+        if not math.isfinite(v) or v < 0 or v > MAX_RTT_MS:
+            raise UsageError(f"--rtt-ms {spec}: each RTT must be between 0 and {MAX_RTT_MS:.0f} ms")
+    return values
+
+
+def check_number(name: str, value: float, lo: float, hi: float, lo_inclusive: bool = False) -> None:
+    ok = math.isfinite(value) and (value >= lo if lo_inclusive else value > lo) and value <= hi
+    if not ok:
+        low = f">= {lo:g}" if lo_inclusive else f"> {lo:g}"
+        raise UsageError(f"{name} {value:g}: must be {low} and <= {hi:g}")
+
+
+@dataclass
+class DumbbellConfig:
+    """A dumbbell: `hosts` senders -> switch -> receiver, bottleneck at the switch's receiver port."""
+
+    hosts: int = 2
+    rate_mbps: float = 62.5
+    rtt_ms: list[float] = field(default_factory=lambda: [87.0, 87.0])
+    buffer_bytes: int | None = None  # None: one bandwidth-delay product at the largest RTT
+    shaper: str = "tbf"
+    delay_backend: str = "auto"
+    cc: str = "reno"
+    access_mbps: float = 1000.0  # 0 leaves the access links unshaped
+    tbf_burst_bytes: int = 2 * FRAME_BYTES
+
+    def validate(self) -> None:
+        if not isinstance(self.hosts, int) or not 1 <= self.hosts <= MAX_HOSTS:
+            raise UsageError(f"--hosts {self.hosts}: must be a whole number from 1 to {MAX_HOSTS}")
+        check_number("--rate-mbps", self.rate_mbps, 0, MAX_RATE_MBPS)
+        if len(self.rtt_ms) != self.hosts:
+            raise UsageError(f"--rtt-ms: {len(self.rtt_ms)} values for {self.hosts} hosts")
+        for v in self.rtt_ms:
+            check_number("--rtt-ms", v, 0, MAX_RTT_MS, lo_inclusive=True)
+        if self.buffer_bytes is not None and not FRAME_BYTES <= self.buffer_bytes <= MAX_BUFFER_BYTES:
+            raise UsageError(
+                f"buffer {self.buffer_bytes} bytes: must be at least one packet ({FRAME_BYTES} bytes)"
+                f" and at most {MAX_BUFFER_BYTES} bytes"
+            )
+        if self.shaper not in SHAPERS:
+            raise UsageError(f"--shaper {self.shaper}: must be one of {', '.join(SHAPERS)}")
+        if self.delay_backend not in DELAY_BACKENDS:
+            raise UsageError(f"--delay-backend {self.delay_backend}: must be one of {', '.join(DELAY_BACKENDS)}")
+        ccs = available_congestion_controls()
+        if self.cc not in ccs:
+            raise UsageError(f"--cc {self.cc}: this kernel offers {', '.join(ccs) or 'none'}")
+        if self.access_mbps != 0:
+            check_number("--access-mbps", self.access_mbps, self.rate_mbps, MAX_RATE_MBPS * 10)
+        if not FRAME_BYTES <= self.tbf_burst_bytes <= 64 * FRAME_BYTES:
+            raise UsageError(
+                f"--tbf-burst {self.tbf_burst_bytes}: must be between {FRAME_BYTES} and {64 * FRAME_BYTES} bytes"
+            )
+
+    @property
+    def bdp_bytes(self) -> int:
+        """Bandwidth-delay product at the largest RTT, in bytes."""
+        return int(self.rate_mbps * 1e6 / 8 * max(self.rtt_ms) / 1000)
+
+    def initial_buffer_bytes(self) -> int:
+        if self.buffer_bytes is not None:
+            return self.buffer_bytes
+        return max(self.bdp_bytes, 10 * FRAME_BYTES)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def buffer_from_args(buffer_bytes: int | None, buffer_packets: float | None) -> int | None:
+    if buffer_bytes is not None and buffer_packets is not None:
+        raise UsageError("give --buffer-bytes or --buffer-packets, not both")
+    if buffer_packets is not None:
+        if not math.isfinite(buffer_packets) or buffer_packets < 1:
+            raise UsageError(f"--buffer-packets {buffer_packets:g}: must be at least 1 packet")
+        return int(round(buffer_packets * FRAME_BYTES))
+    if buffer_bytes is not None and buffer_bytes < FRAME_BYTES:
+        raise UsageError(f"--buffer-bytes {buffer_bytes}: must be at least one packet ({FRAME_BYTES} bytes)")
+    return buffer_bytes

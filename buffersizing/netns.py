@@ -1,0 +1,76 @@
+"""Network namespaces: naming, entering, and netlink sockets bound inside them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from contextlib import contextmanager
+
+from buffersizing.proc import run
+
+NETNS_DIR = "/run/netns"
+# Every namespace the toolkit creates starts with this prefix; `bufsize clean` relies on it.
+PREFIX = "bsz-"
+
+
+def ns_path(name: str) -> str:
+    return os.path.join(NETNS_DIR, name)
+
+
+def in_ns(name: str, argv: Sequence[str]) -> list[str]:
+    """Argument list that runs argv inside namespace `name`.
+
+    nsenter only switches the network namespace and then execs, so the PID we get back is the
+    program's own (unlike a shell wrapper) and no mount namespace is set up per call.
+    """
+    return ["nsenter", f"--net={ns_path(name)}", "--", *argv]
+
+
+def exists(name: str) -> bool:
+    return os.path.exists(ns_path(name))
+
+
+def list_ns() -> list[str]:
+    try:
+        return sorted(os.listdir(NETNS_DIR))
+    except FileNotFoundError:
+        return []
+
+
+def pids_in(name: str) -> list[int]:
+    """PIDs of processes whose network namespace is `name` (ours by construction)."""
+    res = run(["ip", "netns", "pids", name], check=False)
+    return [int(p) for p in res.stdout.split()]
+
+
+def add_many(names: Sequence[str]) -> None:
+    if names:
+        run(["ip", "-batch", "-"], input="".join(f"netns add {n}\n" for n in names), timeout=120)
+
+
+def delete(name: str) -> None:
+    run(["ip", "netns", "delete", name], check=False)
+
+
+@contextmanager
+def entered(name: str):
+    """Switch the calling thread into namespace `name` for the duration of the block.
+
+    Sockets created inside (netlink, ioctl) stay bound to that namespace after we switch back,
+    which is how monitors read a namespace's counters without forking a process per sample.
+    """
+    from pyroute2.netns import popns, pushns
+
+    pushns(name)
+    try:
+        yield
+    finally:
+        popns()
+
+
+def iproute(name: str):
+    """A pyroute2 IPRoute whose netlink socket lives in namespace `name`."""
+    from pyroute2 import IPRoute
+
+    with entered(name):
+        return IPRoute()

@@ -1,0 +1,188 @@
+"""`bufsize verify`: build the dumbbell and measure that its RTTs and bottleneck rate are what was asked."""
+
+from __future__ import annotations
+
+import re
+import statistics
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from buffersizing import netns
+from buffersizing.errors import RunError
+from buffersizing.proc import run
+from monitors.counters import InterfaceCounters, rate_mbps
+from topologies.dumbbell import BOTTLENECK_DEV, Dumbbell, Host
+
+# Tolerances of the issue: min RTT within 1 % + 0.3 ms, rate within 97..101 % of configured.
+RTT_REL_TOL = 0.01
+RTT_ABS_TOL_MS = 0.3
+RATE_LOW, RATE_HIGH = 0.97, 1.01
+IPERF_PORT = 5001
+
+
+@dataclass
+class PingResult:
+    host: int
+    configured_ms: float
+    min_ms: float
+    avg_ms: float
+    max_ms: float
+    loss_pct: float
+
+    @property
+    def ok(self) -> bool:
+        tol = RTT_REL_TOL * self.configured_ms + RTT_ABS_TOL_MS
+        return self.loss_pct < 50 and abs(self.min_ms - self.configured_ms) <= tol
+
+
+def ping_host(net: Dumbbell, h: Host, count: int, interval: float) -> PingResult:
+    # Deadline covers the pings themselves plus one RTT and a margin for the last reply.
+    deadline = int(count * interval + h.rtt_ms / 1000 + 3)
+    argv = ["ping", "-n", "-q", "-c", str(count), "-i", f"{interval:g}", "-w", str(deadline), net.receiver_ip]
+    res = run(netns.in_ns(h.ns, argv), check=False, timeout=deadline + 10)
+    loss = re.search(r"([\d.]+)% packet loss", res.stdout)
+    rtt = re.search(r"= ([\d.]+)/([\d.]+)/([\d.]+)/", res.stdout)
+    if not rtt or not loss:
+        raise RunError(f"ping from h{h.index} to the receiver got no replies: {res.stdout.strip()[-200:]}")
+    mn, avg, mx = (float(x) for x in rtt.groups())
+    return PingResult(h.index, h.rtt_ms, mn, avg, mx, float(loss.group(1)))
+
+
+def measure_rtts(net: Dumbbell, count: int = 20, interval: float = 0.05) -> list[PingResult]:
+    with ThreadPoolExecutor(16) as pool:
+        return list(pool.map(lambda h: ping_host(net, h, count, interval), net.hosts))
+
+
+def wait_listening(net: Dumbbell, port: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        res = run(netns.in_ns(net.receiver_ns, ["ss", "-Hltn", f"sport = :{port}"]), check=False)
+        if res.stdout.strip():
+            return
+        time.sleep(0.05)
+    raise RunError(f"iperf server in the receiver did not listen on port {port} within {timeout:.0f} s")
+
+
+@dataclass
+class RateResult:
+    configured_mbps: float
+    measured_mbps: float
+    seconds: float
+    per_second_mbps: list[float]
+    bottleneck_drops: int
+
+    @property
+    def ratio(self) -> float:
+        return self.measured_mbps / self.configured_mbps
+
+    @property
+    def ok(self) -> bool:
+        return RATE_LOW <= self.ratio <= RATE_HIGH
+
+
+def measure_rate(net: Dumbbell, duration: float = 5.0, warmup: float | None = None) -> RateResult:
+    """Saturate the bottleneck with one TCP flow per host and count bytes leaving it."""
+    max_rtt_s = max(h.rtt_ms for h in net.hosts) / 1000
+    # Slow start to a full pipe takes about log2(BDP in packets) RTTs; 15 RTTs covers it with margin.
+    warmup = warmup if warmup is not None else max(2.0, 15 * max_rtt_s)
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    server = net.spawn(net.receiver_ns, ["iperf", "-s", "-p", str(IPERF_PORT)], "iperf server", **quiet)
+    clients: list[subprocess.Popen] = []
+    counters = InterfaceCounters(net.switch_ns, BOTTLENECK_DEV)
+    try:
+        wait_listening(net, IPERF_PORT)
+        secs = int(warmup + duration + 3)
+        for h in net.hosts:
+            argv = ["iperf", "-c", net.receiver_ip, "-p", str(IPERF_PORT), "-t", str(secs)]
+            clients.append(net.spawn(h.ns, argv, f"iperf client h{h.index}", **quiet))
+        time.sleep(warmup)
+        net.check_alive()
+        samples = [counters.read()]
+        drops0 = _bottleneck_drops(net)
+        end = samples[0].t + duration
+        while time.monotonic() < end:
+            time.sleep(0.1)
+            samples.append(counters.read())
+        drops = _bottleneck_drops(net) - drops0
+        if any(c.poll() not in (None, 0) for c in clients):
+            raise RunError("an iperf client exited early; the bottleneck was not saturated")
+    finally:
+        counters.close()
+        for p in [*clients, server]:
+            _stop(net, p)
+    per_second = [rate_mbps(samples[i], samples[min(i + 10, len(samples) - 1)])
+                  for i in range(0, len(samples) - 10, 10)]
+    return RateResult(net.cfg.rate_mbps, rate_mbps(samples[0], samples[-1]), samples[-1].t - samples[0].t,
+                      per_second, drops)
+
+
+def _bottleneck_drops(net: Dumbbell) -> int:
+    out = run(["tc", "-n", net.switch_ns, "-s", "qdisc", "show", "dev", BOTTLENECK_DEV]).stdout
+    m = re.search(r"bfifo 10:.*?dropped (\d+)", out, re.S)
+    return int(m.group(1)) if m else 0
+
+
+def _stop(net: Dumbbell, p: subprocess.Popen) -> None:
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    net.state.forget_process(p.pid)
+
+
+def summarize(net: Dumbbell, pings: list[PingResult], rate: RateResult | None) -> dict:
+    cfg = net.cfg
+    uniform = len(set(cfg.rtt_ms)) == 1
+    mins = [p.min_ms for p in pings]
+    dl = net.delayline.stats() if net.delayline else {}
+    dl_drops = net.delayline.drops() if net.delayline else 0
+    ok = all(p.ok for p in pings) and (rate is None or rate.ok) and dl_drops == 0
+    return {
+        "ok": ok,
+        "hosts": cfg.hosts,
+        "delay_backend": net.backend,
+        "shaper": cfg.shaper,
+        "cc": cfg.cc,
+        "buffer_bytes": net.buffer_bytes,
+        # One RTT for all hosts: scalars (median over hosts); a spread: one value per host.
+        "configured_rtt_ms": cfg.rtt_ms[0] if uniform else cfg.rtt_ms,
+        "measured_rtt_ms": round(statistics.median(mins), 3) if uniform else [round(m, 3) for m in mins],
+        "rtt_tolerance": f"within {RTT_REL_TOL:.0%} + {RTT_ABS_TOL_MS} ms of configured (min of ping)",
+        "rtt_ok": all(p.ok for p in pings),
+        "per_host": [p.__dict__ | {"ok": p.ok} for p in pings],
+        "configured_rate_mbps": cfg.rate_mbps,
+        "measured_rate_mbps": round(rate.measured_mbps, 3) if rate else None,
+        "rate_ratio": round(rate.ratio, 4) if rate else None,
+        "rate_tolerance": f"{RATE_LOW:.0%}..{RATE_HIGH:.0%} of configured",
+        "rate_ok": rate.ok if rate else None,
+        "rate_per_second_mbps": [round(r, 3) for r in rate.per_second_mbps] if rate else [],
+        "bottleneck_drops_during_rate_test": rate.bottleneck_drops if rate else None,
+        "delayline_drops": dl_drops,
+        "delayline": dl,
+    }
+
+
+def format_summary(s: dict) -> str:
+    yes = {True: "yes", False: "NO", None: "-"}
+    lines = [f"{s['hosts']} hosts, {s['configured_rate_mbps']:g} Mb/s {s['shaper']} + bfifo "
+             f"({s['buffer_bytes']} B), delay backend {s['delay_backend']}, cc {s['cc']}",
+             f"{'host':>6} {'RTT set':>9} {'RTT min':>9} {'avg':>9} {'max':>9}  ok"]
+    for p in s["per_host"][:20]:
+        lines.append(f"{'h' + str(p['host']):>6} {p['configured_ms']:9.3f} {p['min_ms']:9.3f} "
+                     f"{p['avg_ms']:9.3f} {p['max_ms']:9.3f}  {yes[p['ok']]}")
+    if len(s["per_host"]) > 20:
+        bad = sum(not p["ok"] for p in s["per_host"])
+        lines.append(f"   ... {len(s['per_host']) - 20} more hosts, {bad} outside tolerance in all")
+    lines.append(f"RTT tolerance: {s['rtt_tolerance']}")
+    if s["measured_rate_mbps"] is not None:
+        lines.append(f"rate: configured {s['configured_rate_mbps']:g} Mb/s, measured {s['measured_rate_mbps']:.3f} Mb/s "
+                     f"({s['rate_ratio']:.1%}; allowed {s['rate_tolerance']})  {yes[s['rate_ok']]}")
+    if s["delay_backend"] == "delayline":
+        lines.append(f"delay line drops: {s['delayline_drops']}")
+    lines.append("verify: OK" if s["ok"] else "verify: FAILED (outside tolerance)")
+    return "\n".join(lines)

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# One entry point for a new user on Debian or Ubuntu, as root:
+#   ./setup.sh quick   set everything up, then run the main job (results under results/)
+#   ./setup.sh test    set everything up, then run the test suite
+#   ./setup.sh         set everything up only
+# Every step checks before it acts, so re-running is cheap and safe.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+APT_PACKAGES=(iproute2 ethtool bridge-utils iputils-ping iperf iperf3 mininet make gcc libc6-dev
+  python3 python3-venv procps)
+VENV=.venv
+
+say() { printf '[setup] %s\n' "$*"; }
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "setup.sh: run as root (namespaces, qdiscs and packages need it): sudo $0 $*" >&2
+  exit 2
+fi
+
+install_apt() {
+  local missing=()
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    say "apt packages present"
+    return
+  fi
+  say "installing apt packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  # Services that packages try to start (iperf3's, for one) are not wanted here.
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+pick_python() {
+  # The first python3 on PATH if it is 3.11 or newer and can make a venv, else Debian's.
+  for py in "$(command -v python3 || true)" /usr/bin/python3; do
+    [ -n "$py" ] || continue
+    if "$py" -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+      echo "$py"
+      return
+    fi
+  done
+  echo "setup.sh: no python3 >= 3.11 with venv found" >&2
+  exit 1
+}
+
+make_venv() {
+  if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import sys' 2>/dev/null; then
+    local py
+    py=$(pick_python)
+    say "creating $VENV with $py"
+    rm -rf "$VENV"
+    "$py" -m venv "$VENV"
+  fi
+  local stamp="$VENV/.bufsize-installed" want
+  want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -x "$VENV/bin/bufsize" ]; then
+    say "installing the project and its Python dependencies into $VENV"
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q -e '.[dev]'
+    echo "$want" > "$stamp"
+  else
+    say "$VENV up to date"
+  fi
+  # Debian's Mininet installs for /usr/bin/python3 only; expose just that package to the venv.
+  local site
+  site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  if [ -d /usr/lib/python3/dist-packages/mininet ] && [ ! -e "$site/mininet" ]; then
+    ln -s /usr/lib/python3/dist-packages/mininet "$site/mininet"
+    say "linked Debian's Mininet into $VENV"
+  fi
+}
+
+build_helpers() {
+  make -s -C topologies/delayline
+  say "helpers built (topologies/delayline/bsz-delayline)"
+}
+
+install_apt
+make_venv
+build_helpers
+
+case "${1:-}" in
+  "") say "done; the command is $VENV/bin/bufsize" ;;
+  quick) shift; exec "$VENV/bin/bufsize" quick "$@" ;;
+  test) shift; exec make test "$@" ;;
+  *) echo "usage: $0 [quick|test]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,1 @@
+"""Emulated networks: the dumbbell, its bottleneck shaper and its propagation-delay backends."""

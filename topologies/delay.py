@@ -1,0 +1,93 @@
+"""Propagation delay: netem on the access links where the kernel has it, else the userspace delay line.
+
+netem: half of a host's RTT on its own egress (data direction) and half on the switch port
+toward it (ack direction); the bottleneck egress never carries netem.
+
+delay line: one bsz-delayline process in its own namespace between the switch's bottleneck port
+and the receiver, that is after the bottleneck queue. It looks up each frame's sender by IPv4
+address and holds it for that host's one-way delay (half the RTT each way), so one process serves
+any number of hosts with per-host RTTs and the swept buffer is the only queue in front of it.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from buffersizing import netns
+from buffersizing.errors import MachineError, RunError
+from buffersizing.runstate import RunState
+
+HELPER = Path(__file__).resolve().parent / "delayline" / "bsz-delayline"
+# Limits far above any burst: these queues must never be where packets wait or drop.
+NETEM_LIMIT = 100_000
+
+
+def netem_commands(dev: str, one_way_us: int, rate_mbps: float | None) -> list[str]:
+    rate = f" rate {int(round(rate_mbps * 1e6))}bit" if rate_mbps else ""
+    return [f"qdisc add dev {dev} root handle 1: netem delay {one_way_us}us limit {NETEM_LIMIT}{rate}\n"]
+
+
+def check_helper() -> None:
+    if not HELPER.exists():
+        raise MachineError(f"{HELPER} is not built: run ./setup.sh (or make helpers)")
+
+
+class DelayLine:
+    """The bsz-delayline process of one run."""
+
+    def __init__(self, state: RunState, ns: str, side_a: str, side_b: str,
+                 hosts: Sequence[tuple[str, float]], spin_us: int = 0) -> None:
+        self.state, self.ns, self.side_a, self.side_b = state, ns, side_a, side_b
+        self.map_path = state.workdir / "delayline-map.txt"
+        self.stats_path = state.workdir / "delayline-stats.json"
+        self.map_path.write_text("".join(f"{ip} {rtt * 500:.1f} {rtt * 500:.1f}\n" for ip, rtt in hosts))
+        self.spin_us = spin_us
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self, timeout: float = 10.0) -> None:
+        check_helper()
+        argv = [str(HELPER), "-a", self.side_a, "-b", self.side_b, "-m", str(self.map_path),
+                "-s", str(self.stats_path), "-w", str(self.spin_us)]
+        self.proc = subprocess.Popen(netns.in_ns(self.ns, argv), stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.state.add_process(self.proc.pid, "delay line")
+        # It prints "ready" once both sockets are open; before that frames would not be carried.
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if line.strip() != "ready":
+            err = self.proc.stderr.read() if self.proc.poll() is not None and self.proc.stderr else ""
+            raise RunError(f"delay line did not start: {err.strip() or 'no ready line within timeout'}")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stats(self) -> dict:
+        """Latest counters the delay line wrote (every 200 ms and at exit)."""
+        try:
+            return json.loads(self.stats_path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def drops(self) -> int:
+        s = self.stats()
+        keys = ("drop_pool_full", "drop_oversize", "drop_send_error", "drop_kernel")
+        return sum(int(s.get(d, {}).get(k, 0)) for d in ("forward", "reverse") for k in keys)
+
+    def stop(self) -> dict:
+        """End the process and return its final counters."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.state.forget_process(self.proc.pid)
+            time.sleep(0)
+        return self.stats()

@@ -1,0 +1,443 @@
+/*
+ * bsz-delayline: a userspace constant-delay line between two interfaces.
+ *
+ * Used where the kernel has no sch_netem. It sits on the path after the
+ * bottleneck queue (switch -> receiver), reads every frame from one side with
+ * an AF_PACKET socket, holds it for the delay of the host it belongs to and
+ * writes it to the other side. Side A faces the switch, side B the receiver:
+ *   A -> B (data): delay chosen by the IPv4 source address (the sender host)
+ *   B -> A (acks): delay chosen by the IPv4 destination address
+ * Frames that carry no IPv4 header (ARP) get the default delay of their side.
+ *
+ * Per key the delay is constant and frames leave in arrival order, so a flow is
+ * never reordered. Frames of hosts with different delays may overtake each
+ * other, as they would on separate wires. Nothing is dropped silently: every
+ * loss (pool full, oversize frame, send error, kernel socket drops) is counted
+ * and written to the stats file.
+ *
+ * Usage: bsz-delayline -a IFACE -b IFACE [-f US] [-r US] [-m MAPFILE]
+ *                      [-n SLOTS] [-s STATSFILE] [-i MS] [-p RTPRIO] [-w US]
+ *   -f/-r   default delay A->B / B->A in microseconds
+ *   -m      lines "a.b.c.d fwd_us rev_us": per-host delays
+ *   -n      frames held at most per direction (default 65536)
+ *   -s      stats file, rewritten atomically every -i ms (default 200) and at exit
+ *   -p      SCHED_FIFO priority (0 = normal scheduling, the default)
+ *   -w      spin instead of sleeping when the next release is this close (us, default 0)
+ * SIGTERM/SIGINT: write final stats and exit 0.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <linux/if_packet.h>
+#include <net/ethernet.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef PACKET_IGNORE_OUTGOING
+#define PACKET_IGNORE_OUTGOING 23
+#endif
+
+#define FRAME_MAX 2048
+#define MAP_SIZE 8192 /* power of two, > 2 x hosts */
+
+struct slot {
+	uint64_t release_ns;
+	uint64_t seq;
+	uint32_t len;
+	uint32_t buf;
+};
+
+struct dir {
+	const char *name;
+	int in_fd, out_fd, out_ifindex;
+	int key_offset;        /* offset of the IPv4 address in the frame */
+	uint64_t default_ns;
+	struct slot *heap;     /* min-heap on (release_ns, seq) */
+	uint32_t heap_len, cap;
+	uint32_t *free_bufs;   /* stack of free frame buffers */
+	uint32_t free_len;
+	unsigned char *frames;
+	uint64_t seq;
+	/* counters */
+	uint64_t rx_frames, rx_bytes, tx_frames, tx_bytes;
+	uint64_t drop_full, drop_oversize, drop_send, drop_kernel;
+	uint64_t max_held, late_max_ns, late_sum_ns;
+};
+
+struct map_entry {
+	uint32_t ip; /* network order, 0 = empty */
+	uint64_t fwd_ns, rev_ns;
+};
+
+static struct map_entry map[MAP_SIZE];
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig) { (void)sig; stop_requested = 1; }
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void die(const char *what)
+{
+	fprintf(stderr, "bsz-delayline: %s: %s\n", what, strerror(errno));
+	exit(1);
+}
+
+static uint32_t map_hash(uint32_t ip) { return (ip * 2654435761u) & (MAP_SIZE - 1); }
+
+static struct map_entry *map_find(uint32_t ip, int create)
+{
+	for (uint32_t i = map_hash(ip), n = 0; n < MAP_SIZE; i = (i + 1) & (MAP_SIZE - 1), n++) {
+		if (map[i].ip == ip)
+			return &map[i];
+		if (map[i].ip == 0)
+			return create ? &map[i] : NULL;
+	}
+	return NULL;
+}
+
+static void load_map(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char line[256], addr[64];
+	double fwd, rev;
+	int lineno = 0;
+	if (!f)
+		die(path);
+	while (fgets(line, sizeof line, f)) {
+		lineno++;
+		if (line[0] == '#' || line[0] == '\n')
+			continue;
+		struct in_addr in;
+		if (sscanf(line, "%63s %lf %lf", addr, &fwd, &rev) != 3 || inet_pton(AF_INET, addr, &in) != 1 ||
+		    fwd < 0 || rev < 0 || in.s_addr == 0) {
+			fprintf(stderr, "bsz-delayline: %s:%d: expected 'a.b.c.d fwd_us rev_us'\n", path, lineno);
+			exit(2);
+		}
+		struct map_entry *e = map_find(in.s_addr, 1);
+		if (!e) {
+			fprintf(stderr, "bsz-delayline: %s: more than %d hosts\n", path, MAP_SIZE / 2);
+			exit(2);
+		}
+		e->ip = in.s_addr;
+		e->fwd_ns = (uint64_t)(fwd * 1000.0);
+		e->rev_ns = (uint64_t)(rev * 1000.0);
+	}
+	fclose(f);
+}
+
+static int open_side(const char *ifname, int *ifindex)
+{
+	int fd = socket(AF_PACKET, SOCK_RAW, htons(ETH_P_ALL));
+	if (fd < 0)
+		die("socket(AF_PACKET)");
+	*ifindex = (int)if_nametoindex(ifname);
+	if (*ifindex == 0) {
+		fprintf(stderr, "bsz-delayline: no interface %s\n", ifname);
+		exit(2);
+	}
+	struct sockaddr_ll sll = {.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_ALL), .sll_ifindex = *ifindex};
+	if (bind(fd, (struct sockaddr *)&sll, sizeof sll) < 0)
+		die("bind");
+	int one = 1, big = 16 << 20;
+	/* What we send on this side must not come back to us as input. */
+	if (setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof one) < 0)
+		die("PACKET_IGNORE_OUTGOING");
+	/* A large receive buffer absorbs bursts while we are busy sending. */
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big) < 0)
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof big);
+	struct packet_mreq mr = {.mr_ifindex = *ifindex, .mr_type = PACKET_MR_PROMISC};
+	if (setsockopt(fd, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mr, sizeof mr) < 0)
+		die("PACKET_MR_PROMISC");
+	return fd;
+}
+
+static int slot_less(const struct slot *a, const struct slot *b)
+{
+	return a->release_ns < b->release_ns || (a->release_ns == b->release_ns && a->seq < b->seq);
+}
+
+static void heap_push(struct dir *d, struct slot s)
+{
+	uint32_t i = d->heap_len++;
+	while (i > 0) {
+		uint32_t p = (i - 1) / 2;
+		if (!slot_less(&s, &d->heap[p]))
+			break;
+		d->heap[i] = d->heap[p];
+		i = p;
+	}
+	d->heap[i] = s;
+}
+
+static void heap_pop(struct dir *d)
+{
+	struct slot last = d->heap[--d->heap_len];
+	uint32_t i = 0, n = d->heap_len;
+	for (;;) {
+		uint32_t c = 2 * i + 1;
+		if (c >= n)
+			break;
+		if (c + 1 < n && slot_less(&d->heap[c + 1], &d->heap[c]))
+			c++;
+		if (!slot_less(&d->heap[c], &last))
+			break;
+		d->heap[i] = d->heap[c];
+		i = c;
+	}
+	if (n)
+		d->heap[i] = last;
+}
+
+static void dir_init(struct dir *d, const char *name, uint32_t cap, int key_offset, uint64_t default_ns)
+{
+	d->name = name;
+	d->cap = cap;
+	d->key_offset = key_offset;
+	d->default_ns = default_ns;
+	d->heap = calloc(cap, sizeof *d->heap);
+	d->free_bufs = calloc(cap, sizeof *d->free_bufs);
+	d->frames = calloc(cap, FRAME_MAX); /* untouched pages cost no memory */
+	if (!d->heap || !d->free_bufs || !d->frames)
+		die("calloc");
+	for (uint32_t i = 0; i < cap; i++)
+		d->free_bufs[i] = cap - 1 - i;
+	d->free_len = cap;
+}
+
+static uint64_t delay_for(const struct dir *d, const unsigned char *frame, uint32_t len, int forward)
+{
+	if (len >= 34 && frame[12] == 0x08 && frame[13] == 0x00) {
+		uint32_t ip;
+		memcpy(&ip, frame + d->key_offset, 4);
+		const struct map_entry *e = map_find(ip, 0);
+		if (e)
+			return forward ? e->fwd_ns : e->rev_ns;
+	}
+	return d->default_ns;
+}
+
+/* Read everything waiting on the input side; returns frames read. */
+static int drain_input(struct dir *d, int forward)
+{
+	int n = 0;
+	for (;;) {
+		unsigned char scratch[64];
+		unsigned char *buf = d->free_len ? d->frames + (size_t)d->free_bufs[d->free_len - 1] * FRAME_MAX : scratch;
+		size_t room = d->free_len ? FRAME_MAX : sizeof scratch;
+		ssize_t r = recv(d->in_fd, buf, room, MSG_DONTWAIT | MSG_TRUNC);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				die("recv");
+			return n;
+		}
+		uint64_t t = now_ns();
+		n++;
+		d->rx_frames++;
+		d->rx_bytes += (uint64_t)r;
+		if (!d->free_len) {
+			d->drop_full++;
+			continue;
+		}
+		if ((size_t)r > FRAME_MAX) {
+			d->drop_oversize++;
+			continue;
+		}
+		struct slot s = {.release_ns = t + delay_for(d, buf, (uint32_t)r, forward),
+				 .seq = d->seq++,
+				 .len = (uint32_t)r,
+				 .buf = d->free_bufs[--d->free_len]};
+		heap_push(d, s);
+		if (d->heap_len > d->max_held)
+			d->max_held = d->heap_len;
+	}
+}
+
+/* Send every frame whose time has come; returns the next release time or 0. */
+static uint64_t release_due(struct dir *d)
+{
+	while (d->heap_len) {
+		struct slot s = d->heap[0];
+		uint64_t t = now_ns();
+		if (s.release_ns > t)
+			return s.release_ns;
+		heap_pop(d);
+		ssize_t w;
+		do
+			w = send(d->out_fd, d->frames + (size_t)s.buf * FRAME_MAX, s.len, 0);
+		while (w < 0 && errno == EINTR);
+		if (w < 0) {
+			d->drop_send++;
+		} else {
+			d->tx_frames++;
+			d->tx_bytes += s.len;
+			uint64_t late = t - s.release_ns;
+			d->late_sum_ns += late;
+			if (late > d->late_max_ns)
+				d->late_max_ns = late;
+		}
+		d->free_bufs[d->free_len++] = s.buf;
+	}
+	return 0;
+}
+
+static void read_kernel_drops(struct dir *d)
+{
+	struct tpacket_stats st;
+	socklen_t len = sizeof st;
+	/* Reading PACKET_STATISTICS resets the kernel's counters, so accumulate. */
+	if (getsockopt(d->in_fd, SOL_PACKET, PACKET_STATISTICS, &st, &len) == 0)
+		d->drop_kernel += st.tp_drops;
+}
+
+static void dir_json(FILE *f, struct dir *d)
+{
+	fprintf(f,
+		"\"%s\": {\"rx_frames\": %llu, \"rx_bytes\": %llu, \"tx_frames\": %llu, \"tx_bytes\": %llu, "
+		"\"held\": %u, \"max_held\": %llu, \"drop_pool_full\": %llu, \"drop_oversize\": %llu, "
+		"\"drop_send_error\": %llu, \"drop_kernel\": %llu, \"late_max_us\": %.3f, \"late_mean_us\": %.3f}",
+		d->name, (unsigned long long)d->rx_frames, (unsigned long long)d->rx_bytes,
+		(unsigned long long)d->tx_frames, (unsigned long long)d->tx_bytes, d->heap_len,
+		(unsigned long long)d->max_held, (unsigned long long)d->drop_full, (unsigned long long)d->drop_oversize,
+		(unsigned long long)d->drop_send, (unsigned long long)d->drop_kernel, d->late_max_ns / 1e3,
+		d->tx_frames ? d->late_sum_ns / 1e3 / (double)d->tx_frames : 0.0);
+}
+
+static void write_stats(const char *path, struct dir *fwd, struct dir *rev)
+{
+	if (!path)
+		return;
+	read_kernel_drops(fwd);
+	read_kernel_drops(rev);
+	char tmp[4096];
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	FILE *f = fopen(tmp, "w");
+	if (!f)
+		return;
+	fprintf(f, "{\"pid\": %d, \"time_ns\": %llu, ", (int)getpid(), (unsigned long long)now_ns());
+	dir_json(f, fwd);
+	fputs(", ", f);
+	dir_json(f, rev);
+	fputs("}\n", f);
+	if (fclose(f) == 0)
+		rename(tmp, path);
+}
+
+static void usage(void)
+{
+	fputs("usage: bsz-delayline -a IFACE -b IFACE [-f US] [-r US] [-m MAPFILE] [-n SLOTS] [-s STATS]"
+	      " [-i MS] [-p RTPRIO] [-w US]\n",
+	      stderr);
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	const char *side_a = NULL, *side_b = NULL, *map_path = NULL, *stats_path = NULL;
+	double fwd_us = 0, rev_us = 0;
+	long slots = 65536, interval_ms = 200, rtprio = 0, spin_us = 0;
+	int opt;
+	while ((opt = getopt(argc, argv, "a:b:f:r:m:n:s:i:p:w:")) != -1) {
+		switch (opt) {
+		case 'a': side_a = optarg; break;
+		case 'b': side_b = optarg; break;
+		case 'f': fwd_us = atof(optarg); break;
+		case 'r': rev_us = atof(optarg); break;
+		case 'm': map_path = optarg; break;
+		case 'n': slots = atol(optarg); break;
+		case 's': stats_path = optarg; break;
+		case 'i': interval_ms = atol(optarg); break;
+		case 'p': rtprio = atol(optarg); break;
+		case 'w': spin_us = atol(optarg); break;
+		default: usage();
+		}
+	}
+	if (!side_a || !side_b || slots < 16 || slots > (1 << 22) || fwd_us < 0 || rev_us < 0 || interval_ms < 10 ||
+	    spin_us < 0)
+		usage();
+	if (map_path)
+		load_map(map_path);
+
+	/* Wake-ups must be on time: the default 50 us timer slack would be jitter. */
+	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+	if (rtprio > 0) {
+		struct sched_param sp = {.sched_priority = (int)rtprio};
+		if (sched_setscheduler(0, SCHED_FIFO, &sp) < 0)
+			die("sched_setscheduler");
+	}
+	struct sigaction sa = {.sa_handler = on_signal};
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	int if_a, if_b;
+	int fd_a = open_side(side_a, &if_a), fd_b = open_side(side_b, &if_b);
+	struct dir fwd = {0}, rev = {0};
+	dir_init(&fwd, "forward", (uint32_t)slots, 14 + 12, (uint64_t)(fwd_us * 1000.0)); /* IPv4 source */
+	dir_init(&rev, "reverse", (uint32_t)slots, 14 + 16, (uint64_t)(rev_us * 1000.0)); /* IPv4 destination */
+	fwd.in_fd = fd_a, fwd.out_fd = fd_b, fwd.out_ifindex = if_b;
+	rev.in_fd = fd_b, rev.out_fd = fd_a, rev.out_ifindex = if_a;
+
+	/* Tell whoever started us that both sockets are open. */
+	write_stats(stats_path, &fwd, &rev);
+	fprintf(stdout, "ready\n");
+	fflush(stdout);
+
+	uint64_t interval_ns = (uint64_t)interval_ms * 1000000ull, next_stats = now_ns() + interval_ns;
+	uint64_t spin_ns = (uint64_t)spin_us * 1000ull;
+	struct pollfd pfd[2] = {{.fd = fd_a, .events = POLLIN}, {.fd = fd_b, .events = POLLIN}};
+	while (!stop_requested) {
+		uint64_t n1 = release_due(&fwd), n2 = release_due(&rev);
+		uint64_t next = next_stats;
+		if (n1 && n1 < next)
+			next = n1;
+		if (n2 && n2 < next)
+			next = n2;
+		uint64_t t = now_ns();
+		if (t >= next_stats) {
+			write_stats(stats_path, &fwd, &rev);
+			next_stats = t + interval_ns;
+			continue;
+		}
+		uint64_t wait = next > t ? next - t : 0;
+		/* Very near a release, poll without sleeping so the frame leaves on time. */
+		struct timespec ts = {0, 0};
+		if (wait > spin_ns) {
+			wait -= spin_ns;
+			ts.tv_sec = (time_t)(wait / 1000000000ull);
+			ts.tv_nsec = (long)(wait % 1000000000ull);
+		}
+		int r = ppoll(pfd, 2, &ts, NULL);
+		if (r < 0 && errno != EINTR)
+			die("ppoll");
+		if (r > 0) {
+			if (pfd[0].revents & POLLIN)
+				drain_input(&fwd, 1);
+			if (pfd[1].revents & POLLIN)
+				drain_input(&rev, 0);
+			if ((pfd[0].revents | pfd[1].revents) & (POLLERR | POLLNVAL)) {
+				fputs("bsz-delayline: interface went away\n", stderr);
+				break;
+			}
+		}
+	}
+	write_stats(stats_path, &fwd, &rev);
+	return 0;
+}

@@ -1,0 +1,255 @@
+"""The dumbbell: H sender hosts -> one switch (Linux bridge) -> one receiver.
+
+    h1 ─┐                                      (delay line backend)
+    h2 ─┼─ br0 [switch s1] ── s1-eth0 ══ bottleneck ══ d1 (bsz-delayline) ── r1
+    hH ─┘                      (tbf|htb + bfifo)
+
+Every node is a network namespace named bsz-<run>-<node>; every interface lives inside one, so
+deleting the namespaces removes all interfaces and qdiscs. Namespaces and processes are written
+to the run's state file before they are created (see buffersizing.runstate).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from buffersizing import FRAME_BYTES, netns, sysctl
+from buffersizing.config import DumbbellConfig
+from buffersizing.proc import run
+from buffersizing.runstate import RunState, teardown
+from topologies import shaper
+from topologies.delay import DelayLine, netem_commands
+
+RECEIVER_IP = "10.0.0.1"
+RECEIVER_MAC = "02:bf:00:00:00:01"
+PREFIX_LEN = 16
+BOTTLENECK_DEV = "s1-eth0"
+# Offloads that would let one "packet" be up to 64 KB, and checksum offload, whose partial
+# checksums a packet socket (the delay line) would forward unfinished.
+OFFLOADS_OFF = ["tso", "off", "gso", "off", "gro", "off", "tx", "off"]
+PARALLEL = 8
+
+
+def host_ip(i: int) -> str:
+    return f"10.0.{1 + i // 256}.{i % 256}"
+
+
+def host_mac(i: int) -> str:
+    return f"02:bf:00:01:{i >> 8:02x}:{i & 0xFF:02x}"
+
+
+@dataclass(frozen=True)
+class Host:
+    index: int
+    ns: str
+    dev: str
+    ip: str
+    mac: str
+    rtt_ms: float
+
+
+def tcp_sysctls(cc: str) -> list[str]:
+    """Per-namespace TCP settings for senders and receiver (they vanish with the namespace)."""
+    return [
+        f"net.ipv4.tcp_congestion_control={cc}",
+        # Cached ssthresh from an earlier flow would make each run depend on the one before.
+        "net.ipv4.tcp_no_metrics_save=1",
+        # Windows far above the largest BDP (10 Gb/s x 10 s would not fit, 1 Gb/s x 250 ms does).
+        "net.ipv4.tcp_rmem=4096 131072 33554432",
+        "net.ipv4.tcp_wmem=4096 65536 33554432",
+        "net.core.somaxconn=8192",
+        "net.ipv4.tcp_max_syn_backlog=8192",
+    ]
+
+
+NO_IPV6 = ["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"]
+NO_BRIDGE_NETFILTER = [
+    "net.bridge.bridge-nf-call-iptables=0",
+    "net.bridge.bridge-nf-call-ip6tables=0",
+    "net.bridge.bridge-nf-call-arptables=0",
+]
+
+
+class Dumbbell:
+    """Builds, reconfigures and removes one dumbbell. Use as a context manager."""
+
+    def __init__(self, cfg: DumbbellConfig, backend: str, state: RunState | None = None) -> None:
+        cfg.validate()
+        if backend not in ("netem", "delayline"):
+            raise ValueError(f"backend must be resolved to netem or delayline, not {backend}")
+        self.cfg = cfg
+        self.backend = backend
+        self.state = state or RunState.create()
+        base = f"{netns.PREFIX}{self.state.run_id}-"
+        self.switch_ns = base + "s1"
+        self.receiver_ns = base + "r1"
+        self.delay_ns = base + "d1" if backend == "delayline" else None
+        self.receiver_ip = RECEIVER_IP
+        self.receiver_dev = "r1-eth0"
+        self.hosts = [
+            Host(i, f"{base}h{i}", f"h{i}-eth0", host_ip(i), host_mac(i), cfg.rtt_ms[i - 1])
+            for i in range(1, cfg.hosts + 1)
+        ]
+        self.buffer_bytes = cfg.initial_buffer_bytes()
+        self.delayline: DelayLine | None = None
+        self._built = False
+
+    # ---- life cycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> Dumbbell:
+        try:
+            self.build()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def namespaces(self) -> list[str]:
+        extra = [self.delay_ns] if self.delay_ns else []
+        return [self.switch_ns, self.receiver_ns, *extra, *(h.ns for h in self.hosts)]
+
+    def build(self) -> None:
+        cfg = self.cfg
+        self.state.add_namespaces(self.namespaces)
+        netns.add_many(self.namespaces)
+        # Bursts leave veths through the per-CPU backlog (netdev_max_backlog, global, default 1000);
+        # a drop there would be a loss outside the bottleneck.
+        sysctl.raise_global(self.state, "net.core.netdev_max_backlog", 100_000)
+        run(["ip", "-batch", "-"], input="".join(self._link_lines()), timeout=300)
+        self._parallel([netns.in_ns(ns, ["sysctl", "-q", "-w", *vals]) for ns, vals in self._sysctls()])
+        self._parallel([netns.in_ns(ns, ["ethtool", "-K", dev, *OFFLOADS_OFF]) for ns, dev in self._interfaces()])
+        self._configure_addresses()
+        self._configure_qdiscs()
+        if self.backend == "delayline":
+            assert self.delay_ns is not None
+            self.delayline = DelayLine(self.state, self.delay_ns, "d1-eth0", "d1-eth1",
+                                       [(h.ip, h.rtt_ms) for h in self.hosts])
+            self.delayline.start()
+        self._built = True
+
+    def stop(self) -> list[str]:
+        """Remove everything this dumbbell created (idempotent)."""
+        if self.delayline is not None:
+            self.delayline.stop()
+        self._built = False
+        return teardown(self.state)
+
+    # ---- what build() does ------------------------------------------------------------------
+
+    def _link_lines(self) -> list[str]:
+        sw = self.switch_ns
+        lines = [
+            f"link add name {h.dev} address {h.mac} netns {h.ns} type veth"
+            f" peer name s1-eth{h.index} netns {sw}\n"
+            for h in self.hosts
+        ]
+        if self.delay_ns:
+            lines.append(f"link add name {BOTTLENECK_DEV} netns {sw} type veth peer name d1-eth0 netns {self.delay_ns}\n")
+            lines.append(f"link add name d1-eth1 netns {self.delay_ns} type veth"
+                         f" peer name {self.receiver_dev} address {RECEIVER_MAC} netns {self.receiver_ns}\n")
+        else:
+            lines.append(f"link add name {BOTTLENECK_DEV} netns {sw} type veth"
+                         f" peer name {self.receiver_dev} address {RECEIVER_MAC} netns {self.receiver_ns}\n")
+        return lines
+
+    def _interfaces(self) -> list[tuple[str, str]]:
+        out = [(self.switch_ns, BOTTLENECK_DEV), (self.receiver_ns, self.receiver_dev)]
+        if self.delay_ns:
+            out += [(self.delay_ns, "d1-eth0"), (self.delay_ns, "d1-eth1")]
+        for h in self.hosts:
+            out += [(h.ns, h.dev), (self.switch_ns, f"s1-eth{h.index}")]
+        return out
+
+    def _sysctls(self) -> list[tuple[str, list[str]]]:
+        tcp = tcp_sysctls(self.cfg.cc) + NO_IPV6
+        out = [(self.switch_ns, NO_IPV6 + NO_BRIDGE_NETFILTER), (self.receiver_ns, tcp)]
+        if self.delay_ns:
+            out.append((self.delay_ns, NO_IPV6))
+        out += [(h.ns, tcp) for h in self.hosts]
+        return out
+
+    def _configure_addresses(self) -> None:
+        jobs: list[tuple[list[str], str]] = []
+        # Static neighbours: no ARP on the bottleneck, and none to lose when it is full.
+        recv = [f"link set lo up\nlink set {self.receiver_dev} up\n"
+                f"addr add {RECEIVER_IP}/{PREFIX_LEN} dev {self.receiver_dev}\n"]
+        recv += [f"neigh replace {h.ip} lladdr {h.mac} dev {self.receiver_dev} nud permanent\n" for h in self.hosts]
+        jobs.append((["ip", "-n", self.receiver_ns, "-batch", "-"], "".join(recv)))
+        for h in self.hosts:
+            jobs.append((["ip", "-n", h.ns, "-batch", "-"],
+                         f"link set lo up\nlink set {h.dev} up\naddr add {h.ip}/{PREFIX_LEN} dev {h.dev}\n"
+                         f"neigh replace {RECEIVER_IP} lladdr {RECEIVER_MAC} dev {h.dev} nud permanent\n"))
+        sw = ["link add name br0 type bridge stp_state 0 forward_delay 0 mcast_snooping 0\n"]
+        sw += [f"link set s1-eth{h.index} master br0 up\n" for h in self.hosts]
+        sw += [f"link set {BOTTLENECK_DEV} master br0 up\n", "link set br0 up\n"]
+        jobs.append((["ip", "-n", self.switch_ns, "-batch", "-"], "".join(sw)))
+        if self.delay_ns:
+            jobs.append((["ip", "-n", self.delay_ns, "-batch", "-"], "link set d1-eth0 up\nlink set d1-eth1 up\n"))
+        self._parallel_input(jobs)
+        # Static forwarding entries: the bridge never floods data to all hosts, even after ageing.
+        fdb = [f"fdb replace {h.mac} dev s1-eth{h.index} master static\n" for h in self.hosts]
+        fdb.append(f"fdb replace {RECEIVER_MAC} dev {BOTTLENECK_DEV} master static\n")
+        run(["bridge", "-n", self.switch_ns, "-batch", "-"], input="".join(fdb), timeout=120)
+
+    def _configure_qdiscs(self) -> None:
+        cfg = self.cfg
+        access = cfg.access_mbps or None
+        jobs: list[tuple[list[str], str]] = []
+        sw = shaper.build_commands(BOTTLENECK_DEV, cfg.shaper, cfg.rate_mbps, self.buffer_bytes, cfg.tbf_burst_bytes)
+        for h in self.hosts:
+            one_way = int(round(h.rtt_ms * 500))
+            if self.backend == "netem":
+                host_q = netem_commands(h.dev, one_way, access)
+                sw += [line.replace(f"dev {h.dev}", f"dev s1-eth{h.index}")
+                       for line in netem_commands(h.dev, one_way, None)]
+            elif access:
+                # A 1 Gb/s access link: bursts reach the switch at most this fast. Ten frames of burst
+                # cover the kernel's timer granularity; the limit only has to never drop.
+                host_q = [f"qdisc add dev {h.dev} root handle 1: tbf rate {int(access * 1e6)}bit"
+                          f" burst {10 * FRAME_BYTES} limit {4 << 20}\n"]
+            else:
+                host_q = []
+            if host_q:
+                jobs.append((["tc", "-n", h.ns, "-batch", "-"], "".join(host_q)))
+        jobs.append((["tc", "-n", self.switch_ns, "-batch", "-"], "".join(sw)))
+        self._parallel_input(jobs)
+
+    @staticmethod
+    def _parallel(cmds: Sequence[list[str]]) -> None:
+        Dumbbell._parallel_input([(c, "") for c in cmds])
+
+    @staticmethod
+    def _parallel_input(jobs: Sequence[tuple[list[str], str]]) -> None:
+        with ThreadPoolExecutor(PARALLEL) as pool:
+            for fut in [pool.submit(run, argv, input=inp or None, timeout=120) for argv, inp in jobs]:
+                fut.result()
+
+    # ---- while running ----------------------------------------------------------------------
+
+    def set_buffer(self, buffer_bytes: int) -> None:
+        """Change the bottleneck buffer in place; nothing else in the tree is touched."""
+        if buffer_bytes < FRAME_BYTES:
+            raise ValueError(f"buffer {buffer_bytes} bytes is below one packet ({FRAME_BYTES})")
+        shaper.set_buffer(self.switch_ns, BOTTLENECK_DEV, buffer_bytes)
+        self.buffer_bytes = buffer_bytes
+
+    def spawn(self, ns: str, argv: Sequence[str], what: str, **popen_kw) -> subprocess.Popen:
+        """Start a program inside one of this dumbbell's namespaces, recorded for teardown."""
+        popen_kw.setdefault("start_new_session", True)
+        proc = subprocess.Popen(netns.in_ns(ns, argv), **popen_kw)
+        self.state.add_process(proc.pid, what)
+        return proc
+
+    def check_alive(self) -> None:
+        """Raise if the delay line has died (traffic would silently stop)."""
+        from buffersizing.errors import RunError
+
+        if self.delayline is not None and not self.delayline.alive():
+            raise RunError("the delay line process exited; the emulated path is broken")

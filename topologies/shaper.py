@@ -1,0 +1,49 @@
+"""The bottleneck qdisc tree: the one place that knows its handles.
+
+    root 1:  tbf rate C burst b          or   htb, class 1:1 rate C ceil C
+      `-- 10: bfifo limit BUFFER  (parent 1:1 in both cases)
+
+The bfifo leaf is the buffer under study. Changing it uses `tc qdisc change` on the leaf alone,
+so the shaper's token state, its counters and the flows running through it are untouched.
+"""
+
+from __future__ import annotations
+
+from buffersizing import FRAME_BYTES
+from buffersizing.proc import run
+
+ROOT = "1:"
+CLASS = "1:1"
+LEAF = "10:"
+
+
+def _rate(mbps: float) -> str:
+    return f"{int(round(mbps * 1e6))}bit"
+
+
+def build_commands(dev: str, shaper: str, rate_mbps: float, buffer_bytes: int, burst_bytes: int) -> list[str]:
+    """`tc -batch` lines that build the bottleneck on `dev`."""
+    if shaper == "tbf":
+        # TBF's own limit only sizes the default child it creates; ours replaces it right away.
+        lines = [f"qdisc add dev {dev} root handle {ROOT} tbf rate {_rate(rate_mbps)} burst {burst_bytes}"
+                 f" limit {buffer_bytes}"]
+    elif shaper == "htb":
+        lines = [
+            f"qdisc add dev {dev} root handle {ROOT} htb default 1",
+            # quantum of one frame: with a single class it only silences HTB's "quantum is big".
+            f"class add dev {dev} parent {ROOT} classid {CLASS} htb rate {_rate(rate_mbps)} ceil {_rate(rate_mbps)}"
+            f" burst {burst_bytes} cburst {burst_bytes} quantum {FRAME_BYTES}",
+        ]
+    else:
+        raise ValueError(f"unknown shaper {shaper}")
+    lines.append(f"qdisc add dev {dev} parent {CLASS} handle {LEAF} bfifo limit {buffer_bytes}")
+    return [line + "\n" for line in lines]
+
+
+def set_buffer(ns: str, dev: str, buffer_bytes: int) -> None:
+    run(["tc", "-n", ns, "qdisc", "change", "dev", dev, "parent", CLASS, "handle", LEAF,
+         "bfifo", "limit", str(buffer_bytes)])
+
+
+def show(ns: str, dev: str) -> str:
+    return run(["tc", "-n", ns, "-s", "qdisc", "show", "dev", dev]).stdout
