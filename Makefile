@@ -9,8 +9,8 @@ helpers:
 	$(MAKE) -C topologies/delayline
 
 lint:
-	$(VENV)/bin/ruff check buffersizing topologies monitors tests bench binary_search.py
-	$(VENV)/bin/ruff format --check buffersizing topologies monitors tests bench binary_search.py
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 unit:
 	$(PY) -m pytest -m "not integration" -q

@@ -30,8 +30,10 @@ def qdisc_support() -> dict[str, bool]:
     try:
         found = {}
         for kind, args in QDISCS.items():
-            res = run(["tc", "-n", probe, "qdisc", "add", "dev", "lo", "root", "handle", "1:", kind, *args],
-                      check=False)
+            res = run(
+                ["tc", "-n", probe, "qdisc", "add", "dev", "lo", "root", "handle", "1:", kind, *args],
+                check=False,
+            )
             found[kind] = res.returncode == 0
             run(["tc", "-n", probe, "qdisc", "del", "dev", "lo", "root"], check=False)
         return found

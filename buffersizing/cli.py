@@ -28,14 +28,25 @@ def _on_signal(signum: int, _frame: object) -> None:
 def add_topology_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hosts", type=int, default=2, help="sender hosts, 1 to 400 (default 2)")
     p.add_argument("--rate-mbps", type=float, default=62.5, help="bottleneck rate C (default 62.5)")
-    p.add_argument("--rtt-ms", default="87",
-                   help="round-trip time per sender host: 87, a list 20,40 (one per host) or a range 20..300")
+    p.add_argument(
+        "--rtt-ms",
+        default="87",
+        help="round-trip time per sender host: 87, a list 20,40 (one per host) or a range 20..300",
+    )
     p.add_argument("--buffer-bytes", type=int, help="bottleneck buffer (bfifo limit) in bytes (default: BDP)")
     p.add_argument("--buffer-packets", type=float, help="bottleneck buffer in 1514-byte packets")
-    p.add_argument("--shaper", choices=SHAPERS, default="tbf",
-                   help="bottleneck shaper (default tbf: it paces evenly on this kernel, see README)")
-    p.add_argument("--delay-backend", choices=DELAY_BACKENDS, default="auto",
-                   help="propagation delay: netem, the userspace delay line, or auto (netem if the kernel has it)")
+    p.add_argument(
+        "--shaper",
+        choices=SHAPERS,
+        default="tbf",
+        help="bottleneck shaper (default tbf: it paces evenly on this kernel, see README)",
+    )
+    p.add_argument(
+        "--delay-backend",
+        choices=DELAY_BACKENDS,
+        default="auto",
+        help="propagation delay: netem, the userspace delay line, or auto (netem if the kernel has it)",
+    )
     p.add_argument("--cc", default="reno", help="TCP congestion control on every host (default reno)")
     p.add_argument("--access-mbps", type=float, default=1000.0, help="access link rate, 0 = unshaped (default 1000)")
 
@@ -43,9 +54,16 @@ def add_topology_args(p: argparse.ArgumentParser) -> None:
 def config_from_args(a: argparse.Namespace) -> DumbbellConfig:
     if not 1 <= a.hosts <= 400:
         raise UsageError(f"--hosts {a.hosts}: must be a whole number from 1 to 400")
-    cfg = DumbbellConfig(hosts=a.hosts, rate_mbps=a.rate_mbps, rtt_ms=parse_rtts(a.rtt_ms, a.hosts),
-                         buffer_bytes=buffer_from_args(a.buffer_bytes, a.buffer_packets), shaper=a.shaper,
-                         delay_backend=a.delay_backend, cc=a.cc, access_mbps=a.access_mbps)
+    cfg = DumbbellConfig(
+        hosts=a.hosts,
+        rate_mbps=a.rate_mbps,
+        rtt_ms=parse_rtts(a.rtt_ms, a.hosts),
+        buffer_bytes=buffer_from_args(a.buffer_bytes, a.buffer_packets),
+        shaper=a.shaper,
+        delay_backend=a.delay_backend,
+        cc=a.cc,
+        access_mbps=a.access_mbps,
+    )
     cfg.validate()
     return cfg
 

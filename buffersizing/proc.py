@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from buffersizing.errors import RunError
 
 
-def run(argv: Sequence[str], *, check: bool = True, input: str | None = None,
-        timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+def run(
+    argv: Sequence[str], *, check: bool = True, input: str | None = None, timeout: float = 60.0
+) -> subprocess.CompletedProcess[str]:
     """Run a command to completion; raise RunError naming the command and its stderr on failure."""
     try:
         res = subprocess.run(list(argv), input=input, capture_output=True, text=True, timeout=timeout)
@@ -39,12 +40,17 @@ def start_time(pid: int) -> int | None:
     except OSError:
         return None
     # The command name (field 2) may contain spaces and parentheses; fields after it are plain.
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     return int(fields[19])
 
 
 def is_same_process(pid: int, started: int | None) -> bool:
     return started is not None and start_time(pid) == started
+
+
+def is_running(pid: int, started: int | None) -> bool:
+    """Our process and not a zombie (an orphan's exit may wait a while for init to reap it)."""
+    return is_same_process(pid, started) and not _is_zombie(pid)
 
 
 def stop_process(pid: int, started: int | None, grace: float = 2.0) -> bool:

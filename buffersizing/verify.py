@@ -38,10 +38,11 @@ class PingResult:
 
 
 def ping_host(net: Dumbbell, h: Host, count: int, interval: float) -> PingResult:
-    # Deadline covers the pings themselves plus one RTT and a margin for the last reply.
-    deadline = int(count * interval + h.rtt_ms / 1000 + 3)
-    argv = ["ping", "-n", "-q", "-c", str(count), "-i", f"{interval:g}", "-w", str(deadline), net.receiver_ip]
-    res = run(netns.in_ns(h.ns, argv), check=False, timeout=deadline + 10)
+    # Each reply is waited for up to one RTT plus 2 s; no -w deadline, which would count replies
+    # still in flight when it expires as lost.
+    wait = int(h.rtt_ms / 1000 + 2)
+    argv = ["ping", "-n", "-q", "-c", str(count), "-i", f"{interval:g}", "-W", str(wait), net.receiver_ip]
+    res = run(netns.in_ns(h.ns, argv), check=False, timeout=count * interval + wait + 10)
     loss = re.search(r"([\d.]+)% packet loss", res.stdout)
     rtt = re.search(r"= ([\d.]+)/([\d.]+)/([\d.]+)/", res.stdout)
     if not rtt or not loss:
@@ -112,10 +113,12 @@ def measure_rate(net: Dumbbell, duration: float = 5.0, warmup: float | None = No
         counters.close()
         for p in [*clients, server]:
             _stop(net, p)
-    per_second = [rate_mbps(samples[i], samples[min(i + 10, len(samples) - 1)])
-                  for i in range(0, len(samples) - 10, 10)]
-    return RateResult(net.cfg.rate_mbps, rate_mbps(samples[0], samples[-1]), samples[-1].t - samples[0].t,
-                      per_second, drops)
+    per_second = [
+        rate_mbps(samples[i], samples[min(i + 10, len(samples) - 1)]) for i in range(0, len(samples) - 10, 10)
+    ]
+    return RateResult(
+        net.cfg.rate_mbps, rate_mbps(samples[0], samples[-1]), samples[-1].t - samples[0].t, per_second, drops
+    )
 
 
 def _bottleneck_drops(net: Dumbbell) -> int:
@@ -169,19 +172,25 @@ def summarize(net: Dumbbell, pings: list[PingResult], rate: RateResult | None) -
 
 def format_summary(s: dict) -> str:
     yes = {True: "yes", False: "NO", None: "-"}
-    lines = [f"{s['hosts']} hosts, {s['configured_rate_mbps']:g} Mb/s {s['shaper']} + bfifo "
-             f"({s['buffer_bytes']} B), delay backend {s['delay_backend']}, cc {s['cc']}",
-             f"{'host':>6} {'RTT set':>9} {'RTT min':>9} {'avg':>9} {'max':>9}  ok"]
+    lines = [
+        f"{s['hosts']} hosts, {s['configured_rate_mbps']:g} Mb/s {s['shaper']} + bfifo "
+        f"({s['buffer_bytes']} B), delay backend {s['delay_backend']}, cc {s['cc']}",
+        f"{'host':>6} {'RTT set':>9} {'RTT min':>9} {'avg':>9} {'max':>9}  ok",
+    ]
     for p in s["per_host"][:20]:
-        lines.append(f"{'h' + str(p['host']):>6} {p['configured_ms']:9.3f} {p['min_ms']:9.3f} "
-                     f"{p['avg_ms']:9.3f} {p['max_ms']:9.3f}  {yes[p['ok']]}")
+        lines.append(
+            f"{'h' + str(p['host']):>6} {p['configured_ms']:9.3f} {p['min_ms']:9.3f} "
+            f"{p['avg_ms']:9.3f} {p['max_ms']:9.3f}  {yes[p['ok']]}"
+        )
     if len(s["per_host"]) > 20:
         bad = sum(not p["ok"] for p in s["per_host"])
         lines.append(f"   ... {len(s['per_host']) - 20} more hosts, {bad} outside tolerance in all")
     lines.append(f"RTT tolerance: {s['rtt_tolerance']}")
     if s["measured_rate_mbps"] is not None:
-        lines.append(f"rate: configured {s['configured_rate_mbps']:g} Mb/s, measured {s['measured_rate_mbps']:.3f} Mb/s "
-                     f"({s['rate_ratio']:.1%}; allowed {s['rate_tolerance']})  {yes[s['rate_ok']]}")
+        lines.append(
+            f"rate: configured {s['configured_rate_mbps']:g} Mb/s, measured {s['measured_rate_mbps']:.3f} Mb/s "
+            f"({s['rate_ratio']:.1%}; allowed {s['rate_tolerance']})  {yes[s['rate_ok']]}"
+        )
     if s["delay_backend"] == "delayline":
         lines.append(f"delay line drops: {s['delayline_drops']}")
     lines.append("verify: OK" if s["ok"] else "verify: FAILED (outside tolerance)")

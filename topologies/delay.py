@@ -25,6 +25,9 @@ from buffersizing.runstate import RunState
 HELPER = Path(__file__).resolve().parent / "delayline" / "bsz-delayline"
 # Limits far above any burst: these queues must never be where packets wait or drop.
 NETEM_LIMIT = 100_000
+# netem runs in softirq, ahead of every user process; the delay line gets a modest real-time
+# priority for the same reason (RT throttling still leaves 5% of each core to everyone else).
+RTPRIO = 10
 
 
 def netem_commands(dev: str, one_way_us: int, rate_mbps: float | None) -> list[str]:
@@ -40,21 +43,48 @@ def check_helper() -> None:
 class DelayLine:
     """The bsz-delayline process of one run."""
 
-    def __init__(self, state: RunState, ns: str, side_a: str, side_b: str,
-                 hosts: Sequence[tuple[str, float]], spin_us: int = 0) -> None:
+    def __init__(
+        self,
+        state: RunState,
+        ns: str,
+        side_a: str,
+        side_b: str,
+        hosts: Sequence[tuple[str, float]],
+        spin_us: int = 0,
+        rtprio: int = RTPRIO,
+    ) -> None:
         self.state, self.ns, self.side_a, self.side_b = state, ns, side_a, side_b
         self.map_path = state.workdir / "delayline-map.txt"
         self.stats_path = state.workdir / "delayline-stats.json"
         self.map_path.write_text("".join(f"{ip} {rtt * 500:.1f} {rtt * 500:.1f}\n" for ip, rtt in hosts))
         self.spin_us = spin_us
+        self.rtprio = rtprio
         self.proc: subprocess.Popen[str] | None = None
 
     def start(self, timeout: float = 10.0) -> None:
         check_helper()
-        argv = [str(HELPER), "-a", self.side_a, "-b", self.side_b, "-m", str(self.map_path),
-                "-s", str(self.stats_path), "-w", str(self.spin_us)]
-        self.proc = subprocess.Popen(netns.in_ns(self.ns, argv), stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+        argv = [
+            str(HELPER),
+            "-a",
+            self.side_a,
+            "-b",
+            self.side_b,
+            "-m",
+            str(self.map_path),
+            "-s",
+            str(self.stats_path),
+            "-w",
+            str(self.spin_us),
+            "-p",
+            str(self.rtprio),
+        ]
+        self.proc = subprocess.Popen(
+            netns.in_ns(self.ns, argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         self.state.add_process(self.proc.pid, "delay line")
         # It prints "ready" once both sockets are open; before that frames would not be carried.
         assert self.proc.stdout is not None

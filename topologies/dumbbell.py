@@ -11,13 +11,16 @@ to the run's state file before they are created (see buffersizing.runstate).
 
 from __future__ import annotations
 
+import json
 import subprocess
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from buffersizing import FRAME_BYTES, netns, sysctl
 from buffersizing.config import DumbbellConfig
+from buffersizing.errors import RunError
 from buffersizing.proc import run
 from buffersizing.runstate import RunState, teardown
 from topologies import shaper
@@ -116,21 +119,26 @@ class Dumbbell:
         return [self.switch_ns, self.receiver_ns, *extra, *(h.ns for h in self.hosts)]
 
     def build(self) -> None:
-        cfg = self.cfg
         self.state.add_namespaces(self.namespaces)
         netns.add_many(self.namespaces)
         # Bursts leave veths through the per-CPU backlog (netdev_max_backlog, global, default 1000);
         # a drop there would be a loss outside the bottleneck.
         sysctl.raise_global(self.state, "net.core.netdev_max_backlog", 100_000)
+        # Outside the initial namespace a host may only default to an "allowed" congestion control.
+        allowed = sysctl.read("net.ipv4.tcp_allowed_congestion_control").split()
+        if self.cfg.cc not in allowed:
+            sysctl.set_global(self.state, "net.ipv4.tcp_allowed_congestion_control", " ".join([*allowed, self.cfg.cc]))
         run(["ip", "-batch", "-"], input="".join(self._link_lines()), timeout=300)
         self._parallel([netns.in_ns(ns, ["sysctl", "-q", "-w", *vals]) for ns, vals in self._sysctls()])
         self._parallel([netns.in_ns(ns, ["ethtool", "-K", dev, *OFFLOADS_OFF]) for ns, dev in self._interfaces()])
         self._configure_addresses()
         self._configure_qdiscs()
+        self._wait_bridge_forwarding()
         if self.backend == "delayline":
             assert self.delay_ns is not None
-            self.delayline = DelayLine(self.state, self.delay_ns, "d1-eth0", "d1-eth1",
-                                       [(h.ip, h.rtt_ms) for h in self.hosts])
+            self.delayline = DelayLine(
+                self.state, self.delay_ns, "d1-eth0", "d1-eth1", [(h.ip, h.rtt_ms) for h in self.hosts]
+            )
             self.delayline.start()
         self._built = True
 
@@ -146,17 +154,22 @@ class Dumbbell:
     def _link_lines(self) -> list[str]:
         sw = self.switch_ns
         lines = [
-            f"link add name {h.dev} address {h.mac} netns {h.ns} type veth"
-            f" peer name s1-eth{h.index} netns {sw}\n"
+            f"link add name {h.dev} address {h.mac} netns {h.ns} type veth peer name s1-eth{h.index} netns {sw}\n"
             for h in self.hosts
         ]
         if self.delay_ns:
-            lines.append(f"link add name {BOTTLENECK_DEV} netns {sw} type veth peer name d1-eth0 netns {self.delay_ns}\n")
-            lines.append(f"link add name d1-eth1 netns {self.delay_ns} type veth"
-                         f" peer name {self.receiver_dev} address {RECEIVER_MAC} netns {self.receiver_ns}\n")
+            lines.append(
+                f"link add name {BOTTLENECK_DEV} netns {sw} type veth peer name d1-eth0 netns {self.delay_ns}\n"
+            )
+            lines.append(
+                f"link add name d1-eth1 netns {self.delay_ns} type veth"
+                f" peer name {self.receiver_dev} address {RECEIVER_MAC} netns {self.receiver_ns}\n"
+            )
         else:
-            lines.append(f"link add name {BOTTLENECK_DEV} netns {sw} type veth"
-                         f" peer name {self.receiver_dev} address {RECEIVER_MAC} netns {self.receiver_ns}\n")
+            lines.append(
+                f"link add name {BOTTLENECK_DEV} netns {sw} type veth"
+                f" peer name {self.receiver_dev} address {RECEIVER_MAC} netns {self.receiver_ns}\n"
+            )
         return lines
 
     def _interfaces(self) -> list[tuple[str, str]]:
@@ -178,14 +191,20 @@ class Dumbbell:
     def _configure_addresses(self) -> None:
         jobs: list[tuple[list[str], str]] = []
         # Static neighbours: no ARP on the bottleneck, and none to lose when it is full.
-        recv = [f"link set lo up\nlink set {self.receiver_dev} up\n"
-                f"addr add {RECEIVER_IP}/{PREFIX_LEN} dev {self.receiver_dev}\n"]
+        recv = [
+            f"link set lo up\nlink set {self.receiver_dev} up\n"
+            f"addr add {RECEIVER_IP}/{PREFIX_LEN} dev {self.receiver_dev}\n"
+        ]
         recv += [f"neigh replace {h.ip} lladdr {h.mac} dev {self.receiver_dev} nud permanent\n" for h in self.hosts]
         jobs.append((["ip", "-n", self.receiver_ns, "-batch", "-"], "".join(recv)))
         for h in self.hosts:
-            jobs.append((["ip", "-n", h.ns, "-batch", "-"],
-                         f"link set lo up\nlink set {h.dev} up\naddr add {h.ip}/{PREFIX_LEN} dev {h.dev}\n"
-                         f"neigh replace {RECEIVER_IP} lladdr {RECEIVER_MAC} dev {h.dev} nud permanent\n"))
+            jobs.append(
+                (
+                    ["ip", "-n", h.ns, "-batch", "-"],
+                    f"link set lo up\nlink set {h.dev} up\naddr add {h.ip}/{PREFIX_LEN} dev {h.dev}\n"
+                    f"neigh replace {RECEIVER_IP} lladdr {RECEIVER_MAC} dev {h.dev} nud permanent\n",
+                )
+            )
         sw = ["link add name br0 type bridge stp_state 0 forward_delay 0 mcast_snooping 0\n"]
         sw += [f"link set s1-eth{h.index} master br0 up\n" for h in self.hosts]
         sw += [f"link set {BOTTLENECK_DEV} master br0 up\n", "link set br0 up\n"]
@@ -198,6 +217,19 @@ class Dumbbell:
         fdb.append(f"fdb replace {RECEIVER_MAC} dev {BOTTLENECK_DEV} master static\n")
         run(["bridge", "-n", self.switch_ns, "-batch", "-"], input="".join(fdb), timeout=120)
 
+    def _wait_bridge_forwarding(self, timeout: float = 15.0) -> None:
+        """Bridge ports pass through a non-forwarding state after they come up; frames sent then are lost."""
+        deadline = time.monotonic() + timeout
+        while True:
+            out = run(["bridge", "-n", self.switch_ns, "-j", "link", "show"]).stdout
+            ports = json.loads(out or "[]")
+            waiting = [p["ifname"] for p in ports if p.get("state") != "forwarding"]
+            if len(ports) == self.cfg.hosts + 1 and not waiting:
+                return
+            if time.monotonic() > deadline:
+                raise RunError(f"bridge ports not forwarding after {timeout:.0f} s: {', '.join(waiting[:5])}")
+            time.sleep(0.05)
+
     def _configure_qdiscs(self) -> None:
         cfg = self.cfg
         access = cfg.access_mbps or None
@@ -207,13 +239,17 @@ class Dumbbell:
             one_way = int(round(h.rtt_ms * 500))
             if self.backend == "netem":
                 host_q = netem_commands(h.dev, one_way, access)
-                sw += [line.replace(f"dev {h.dev}", f"dev s1-eth{h.index}")
-                       for line in netem_commands(h.dev, one_way, None)]
+                sw += [
+                    line.replace(f"dev {h.dev}", f"dev s1-eth{h.index}")
+                    for line in netem_commands(h.dev, one_way, None)
+                ]
             elif access:
                 # A 1 Gb/s access link: bursts reach the switch at most this fast. Ten frames of burst
                 # cover the kernel's timer granularity; the limit only has to never drop.
-                host_q = [f"qdisc add dev {h.dev} root handle 1: tbf rate {int(access * 1e6)}bit"
-                          f" burst {10 * FRAME_BYTES} limit {4 << 20}\n"]
+                host_q = [
+                    f"qdisc add dev {h.dev} root handle 1: tbf rate {int(access * 1e6)}bit"
+                    f" burst {10 * FRAME_BYTES} limit {4 << 20}\n"
+                ]
             else:
                 host_q = []
             if host_q:
@@ -249,7 +285,5 @@ class Dumbbell:
 
     def check_alive(self) -> None:
         """Raise if the delay line has died (traffic would silently stop)."""
-        from buffersizing.errors import RunError
-
         if self.delayline is not None and not self.delayline.alive():
             raise RunError("the delay line process exited; the emulated path is broken")

@@ -25,8 +25,10 @@ def build_commands(dev: str, shaper: str, rate_mbps: float, buffer_bytes: int, b
     """`tc -batch` lines that build the bottleneck on `dev`."""
     if shaper == "tbf":
         # TBF's own limit only sizes the default child it creates; ours replaces it right away.
-        lines = [f"qdisc add dev {dev} root handle {ROOT} tbf rate {_rate(rate_mbps)} burst {burst_bytes}"
-                 f" limit {buffer_bytes}"]
+        lines = [
+            f"qdisc add dev {dev} root handle {ROOT} tbf rate {_rate(rate_mbps)} burst {burst_bytes}"
+            f" limit {buffer_bytes}"
+        ]
     elif shaper == "htb":
         lines = [
             f"qdisc add dev {dev} root handle {ROOT} htb default 1",
@@ -41,8 +43,24 @@ def build_commands(dev: str, shaper: str, rate_mbps: float, buffer_bytes: int, b
 
 
 def set_buffer(ns: str, dev: str, buffer_bytes: int) -> None:
-    run(["tc", "-n", ns, "qdisc", "change", "dev", dev, "parent", CLASS, "handle", LEAF,
-         "bfifo", "limit", str(buffer_bytes)])
+    run(
+        [
+            "tc",
+            "-n",
+            ns,
+            "qdisc",
+            "change",
+            "dev",
+            dev,
+            "parent",
+            CLASS,
+            "handle",
+            LEAF,
+            "bfifo",
+            "limit",
+            str(buffer_bytes),
+        ]
+    )
 
 
 def show(ns: str, dev: str) -> str:

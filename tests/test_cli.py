@@ -1,0 +1,58 @@
+"""The command line: bad input is refused in one line with status 2 and creates nothing; doctor reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import bufsize, ours, run_states
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--rate-mbps", "0"], "--rate-mbps 0"),
+        (["--rate-mbps", "-3"], "--rate-mbps -3"),
+        (["--rate-mbps", "abc"], "abc"),
+        (["--rtt-ms", "-1"], "--rtt-ms -1"),
+        (["--rtt-ms", "300..20"], "--rtt-ms 300..20"),
+        (["--hosts", "401"], "--hosts 401"),
+        (["--hosts", "0"], "--hosts 0"),
+        (["--buffer-bytes", "1000"], "--buffer-bytes 1000"),
+        (["--buffer-packets", "0.5"], "--buffer-packets 0.5"),
+        (["--cc", "nosuchcc"], "--cc nosuchcc"),
+        (["--shaper", "red"], "red"),
+        (["--duration", "0"], "--duration 0"),
+    ],
+)
+def test_bad_input_is_one_line_status_2_and_creates_nothing(root, args, needle):
+    before_ns, before_st = ours(), run_states()
+    res = bufsize("verify", *args, timeout=30)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], res.stderr
+    assert ours() == before_ns and run_states() == before_st
+
+
+def test_doctor_json_reports_backend_consistent_with_qdiscs(root):
+    res = bufsize("doctor", "--json", timeout=60)
+    assert res.returncode == 0, res.stdout
+    caps = json.loads(res.stdout)
+    for key in ("root", "kernel", "qdiscs", "openvswitch_module", "tracepoints", "congestion_controls", "iperf"):
+        assert key in caps
+    assert caps["qdiscs"]["htb"] and caps["qdiscs"]["tbf"] and caps["qdiscs"]["bfifo"]
+    assert caps["delay_backend"] == ("netem" if caps["qdiscs"]["netem"] else "delayline")
+    assert "reno" in caps["congestion_controls"]
+
+
+@pytest.mark.integration
+def test_verify_measures_rtt_and_rate_of_the_paper_dumbbell(no_leftovers):
+    res = bufsize("verify", "--hosts", "2", "--rate-mbps", "62.5", "--rtt-ms", "87", "--json")
+    s = json.loads(res.stdout)
+    assert s["delay_backend"] in ("netem", "delayline")
+    assert s["configured_rtt_ms"] == 87.0 and s["configured_rate_mbps"] == 62.5
+    assert abs(s["measured_rtt_ms"] - 87.0) <= 0.01 * 87 + 0.3, s
+    # The tool's own band is 97..101 %; the test allows a little more for a loaded CI machine.
+    assert 0.95 <= s["measured_rate_mbps"] / 62.5 <= 1.02, s
+    assert s["delayline_drops"] == 0
+    assert res.returncode == (0 if s["ok"] else 1)

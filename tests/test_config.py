@@ -1,0 +1,77 @@
+"""Validation of what users type, without touching the machine."""
+
+import math
+
+import pytest
+
+from buffersizing import FRAME_BYTES
+from buffersizing.config import DumbbellConfig, buffer_from_args, parse_rtts
+from buffersizing.errors import UsageError
+
+
+def test_single_rtt_applies_to_every_host():
+    assert parse_rtts("87", 3) == [87.0, 87.0, 87.0]
+
+
+def test_range_spreads_evenly_from_low_to_high():
+    v = parse_rtts("20..300", 5)
+    assert v[0] == 20 and v[-1] == 300
+    steps = {round(b - a, 9) for a, b in zip(v, v[1:], strict=False)}
+    assert steps == {70.0}
+
+
+def test_range_with_one_host_uses_the_low_end():
+    assert parse_rtts("20..300", 1) == [20.0]
+
+
+def test_list_needs_one_value_per_host():
+    assert parse_rtts("10,20", 2) == [10.0, 20.0]
+    with pytest.raises(UsageError, match="one RTT per host"):
+        parse_rtts("10,20", 3)
+
+
+@pytest.mark.parametrize("spec", ["-1", "abc", "300..20", "5,-3", "nan", "1e9"])
+def test_bad_rtt_specs_are_refused(spec):
+    n = 2 if "," in spec else 1
+    with pytest.raises(UsageError, match="--rtt-ms"):
+        parse_rtts(spec, n)
+
+
+@pytest.mark.parametrize(
+    "field,value,needle",
+    [
+        ("hosts", 0, "--hosts 0"),
+        ("hosts", 401, "--hosts 401"),
+        ("rate_mbps", 0.0, "--rate-mbps 0"),
+        ("rate_mbps", -5.0, "--rate-mbps -5"),
+        ("rate_mbps", math.inf, "--rate-mbps inf"),
+        ("buffer_bytes", FRAME_BYTES - 1, "at least one packet"),
+        ("cc", "nosuchcc", "--cc nosuchcc"),
+        ("shaper", "red", "--shaper red"),
+        ("delay_backend", "magic", "--delay-backend magic"),
+        ("access_mbps", 10.0, "--access-mbps 10"),
+    ],
+)
+def test_bad_config_names_the_value(field, value, needle):
+    cfg = DumbbellConfig()
+    if field == "hosts":
+        cfg.rtt_ms = [87.0] * max(value, 1)
+    setattr(cfg, field, value)
+    with pytest.raises(UsageError) as e:
+        cfg.validate()
+    assert needle in str(e.value)
+
+
+def test_default_config_is_valid_and_buffer_defaults_to_bdp():
+    cfg = DumbbellConfig()
+    cfg.validate()
+    # 62.5 Mb/s x 87 ms = 679,687 bytes, about 449 full frames
+    assert cfg.initial_buffer_bytes() == 679687
+
+
+def test_buffer_packets_convert_to_full_frames():
+    assert buffer_from_args(None, 2) == 2 * FRAME_BYTES
+    with pytest.raises(UsageError, match="at least 1 packet"):
+        buffer_from_args(None, 0.5)
+    with pytest.raises(UsageError, match="not both"):
+        buffer_from_args(3000, 2)

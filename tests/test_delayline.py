@@ -1,0 +1,161 @@
+"""The delay line on its own: per-host delay, FIFO order, counted drops, clean exit."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from buffersizing import netns
+from topologies.delay import HELPER
+
+pytestmark = pytest.mark.integration
+UDP = str(Path(__file__).with_name("udp_seq.py"))
+
+
+@pytest.fixture
+def wire(root, tmp_path):
+    """Namespaces a -- d -- b: a and b have addresses, d runs the delay line between its two ports."""
+    if not HELPER.exists():
+        subprocess.run(["make", "-C", str(HELPER.parent)], check=True)
+    base = f"{netns.PREFIX}dl{os.getpid()}-"
+    a, d, b = base + "a", base + "d", base + "b"
+    netns.add_many([a, d, b])
+    try:
+        batch = (
+            f"link add name e0 netns {a} type veth peer name da netns {d}\n"
+            f"link add name db netns {d} type veth peer name e0 netns {b}\n"
+        )
+        subprocess.run(["ip", "-batch", "-"], input=batch, text=True, check=True)
+        for ns, dev in [(a, "e0"), (d, "da"), (d, "db"), (b, "e0")]:
+            subprocess.run(
+                netns.in_ns(ns, ["ethtool", "-K", dev, "tso", "off", "gso", "off", "tx", "off"]),
+                check=True,
+                capture_output=True,
+            )
+            subprocess.run(["ip", "-n", ns, "link", "set", dev, "up"], check=True)
+        subprocess.run(["ip", "-n", a, "addr", "add", "10.9.0.1/24", "dev", "e0"], check=True)
+        subprocess.run(["ip", "-n", a, "addr", "add", "10.9.0.3/24", "dev", "e0"], check=True)
+        subprocess.run(["ip", "-n", b, "addr", "add", "10.9.0.2/24", "dev", "e0"], check=True)
+        for ns in (a, d, b):
+            subprocess.run(netns.in_ns(ns, ["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]), check=True)
+        yield {"a": a, "d": d, "b": b, "dir": tmp_path}
+    finally:
+        for ns in (a, d, b):
+            for pid in netns.pids_in(ns):
+                os.kill(pid, signal.SIGKILL)
+            netns.delete(ns)
+
+
+def start(wire, *args: str) -> tuple[subprocess.Popen, Path]:
+    stats = wire["dir"] / "stats.json"
+    p = subprocess.Popen(
+        netns.in_ns(wire["d"], [str(HELPER), "-a", "da", "-b", "db", "-s", str(stats), *args]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert p.stdout.readline().strip() == "ready"
+    return p, stats
+
+
+def stop(p: subprocess.Popen, stats: Path) -> dict:
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=5) == 0, "SIGTERM must end it cleanly"
+    return json.loads(stats.read_text())
+
+
+def ping_min(ns: str, src: str, count: int = 5) -> float:
+    out = subprocess.run(
+        netns.in_ns(ns, ["ping", "-n", "-q", "-c", str(count), "-i", "0.1", "-I", src, "10.9.0.2"]),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout
+    m = re.search(r"= ([\d.]+)/", out)
+    assert m, out
+    return float(m.group(1))
+
+
+def test_per_host_delay_and_default_for_other_frames(wire):
+    mapfile = wire["dir"] / "map.txt"
+    mapfile.write_text("# host fwd_us rev_us\n10.9.0.1 10000 5000\n10.9.0.3 40000 40000\n")
+    # No static neighbours here: ARP (not IPv4) crosses with the default delay.
+    p, stats = start(wire, "-m", str(mapfile), "-f", "1000", "-r", "1000")
+    try:
+        assert abs(ping_min(wire["a"], "10.9.0.1") - 15.0) < 1.0
+        assert abs(ping_min(wire["a"], "10.9.0.3") - 80.0) < 1.0
+    finally:
+        s = stop(p, stats)
+    assert s["forward"]["tx_frames"] >= 10 and s["reverse"]["tx_frames"] >= 10
+    assert s["forward"]["drop_pool_full"] == 0
+
+
+def test_fifo_order_and_every_drop_counted(wire):
+    """More frames in flight than the pool holds: arrivals stay in order and every loss is counted."""
+    count = 2000
+    # 20 ms of delay at ~5000 frames/s is ~100 frames in flight, more than a 32-frame pool.
+    p, stats = start(wire, "-f", "20000", "-r", "0", "-n", "32")
+    rx = subprocess.Popen(
+        netns.in_ns(wire["b"], [sys.executable, UDP, "recv", "10.9.0.2", "9000", str(count), "2"]),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert rx.stdout.readline().strip() == "listening"
+        subprocess.run(
+            netns.in_ns(wire["a"], [sys.executable, UDP, "send", "10.9.0.2", "9000", str(count), "0.0002"]),
+            check=True,
+            timeout=60,
+        )
+        got = [int(x) for x in rx.communicate(timeout=30)[0].split()]
+    finally:
+        rx.kill()
+        s = stop(p, stats)
+    fwd = s["forward"]
+    assert got == sorted(got), "the delay line reordered frames"
+    assert fwd["drop_pool_full"] > 0, "a 32-frame pool must overflow"
+    # Every frame it read was either sent on or counted as dropped ...
+    own = fwd["drop_pool_full"] + fwd["drop_send_error"] + fwd["drop_oversize"]
+    assert fwd["rx_frames"] == fwd["tx_frames"] + own
+    # ... and the UDP frames it sent on are the ones that arrived (ARP may add a frame or two).
+    assert 0 <= fwd["tx_frames"] - len(got) <= 3
+    assert fwd["rx_frames"] + fwd["drop_kernel"] >= count
+
+
+def test_paced_traffic_is_not_dropped(wire):
+    count = 500
+    p, stats = start(wire, "-f", "5000", "-r", "5000")
+    rx = subprocess.Popen(
+        netns.in_ns(wire["b"], [sys.executable, UDP, "recv", "10.9.0.2", "9001", str(count), "2"]),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert rx.stdout.readline().strip() == "listening"
+        subprocess.run(
+            netns.in_ns(wire["a"], [sys.executable, UDP, "send", "10.9.0.2", "9001", str(count), "0.0005"]),
+            check=True,
+            timeout=30,
+        )
+        got = [int(x) for x in rx.communicate(timeout=30)[0].split()]
+    finally:
+        rx.kill()
+        s = stop(p, stats)
+    assert got == list(range(count))
+    assert s["forward"]["drop_pool_full"] == s["forward"]["drop_kernel"] == 0
+
+
+def test_bad_arguments_exit_2(wire):
+    res = subprocess.run(netns.in_ns(wire["d"], [str(HELPER), "-a", "da"]), capture_output=True, text=True)
+    assert res.returncode == 2 and "usage" in res.stderr
+    res = subprocess.run(
+        netns.in_ns(wire["d"], [str(HELPER), "-a", "da", "-b", "nosuch0"]), capture_output=True, text=True
+    )
+    assert res.returncode == 2 and "no interface nosuch0" in res.stderr

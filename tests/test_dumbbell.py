@@ -1,0 +1,117 @@
+"""Real dumbbells: namespaces, veths, a bridge, the bottleneck tree, per-host TCP settings."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+
+import pytest
+from conftest import in_ns
+
+from buffersizing import FRAME_BYTES, sysctl
+from buffersizing.config import DumbbellConfig, parse_rtts
+from buffersizing.verify import measure_rtts
+from monitors.counters import InterfaceCounters
+from topologies.dumbbell import BOTTLENECK_DEV, Dumbbell
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def net(no_leftovers):
+    cfg = DumbbellConfig(hosts=3, rate_mbps=20, rtt_ms=[10.0, 10.0, 10.0], buffer_bytes=60_000, cc="cubic")
+    with Dumbbell(cfg, "delayline") as n:
+        yield n
+
+
+def test_offloads_are_off_on_every_interface(net):
+    pairs = [(net.switch_ns, BOTTLENECK_DEV), (net.receiver_ns, net.receiver_dev), (net.delay_ns, "d1-eth0")]
+    pairs += [(h.ns, h.dev) for h in net.hosts] + [(net.switch_ns, f"s1-eth{h.index}") for h in net.hosts]
+    for ns, dev in pairs:
+        feats = in_ns(ns, "ethtool", "-k", dev)
+        for name in ("tcp-segmentation-offload", "generic-segmentation-offload", "generic-receive-offload"):
+            assert re.search(rf"^{name}: off", feats, re.M), f"{name} on {dev} in {ns}"
+        link = in_ns(ns, "ip", "-o", "link", "show", "dev", dev)
+        assert " mtu 1500 " in link
+
+
+def test_host_tcp_settings_and_bridge_netfilter(net):
+    for ns in [h.ns for h in net.hosts] + [net.receiver_ns]:
+        out = in_ns(ns, "sysctl", "-n", "net.ipv4.tcp_congestion_control", "net.ipv4.tcp_no_metrics_save")
+        assert out.split() == ["cubic", "1"]
+    out = in_ns(
+        net.switch_ns, "sysctl", "-n", "net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-arptables"
+    )
+    assert out.split() == ["0", "0"]
+
+
+def test_bottleneck_tree_is_tbf_with_bfifo_leaf(net):
+    out = in_ns(net.switch_ns, "tc", "qdisc", "show", "dev", BOTTLENECK_DEV)
+    assert re.search(r"qdisc tbf 1: root .*rate 20Mbit", out)
+    assert "qdisc bfifo 10: parent 1:1 limit 60000b" in out
+
+
+def test_buffer_changes_in_place_under_a_running_flow(net):
+    """The leaf's limit changes; the shaper keeps its counters and the flow keeps its connection."""
+    server = net.spawn(net.receiver_ns, ["iperf", "-s", "-p", "5001"], "server", stdout=subprocess.DEVNULL)
+    time.sleep(0.5)
+    h = net.hosts[0]
+    client = net.spawn(
+        h.ns,
+        ["iperf", "-c", net.receiver_ip, "-t", "8", "-i", "1"],
+        "client",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    counters = InterfaceCounters(net.switch_ns, BOTTLENECK_DEV)
+    try:
+        time.sleep(2.5)
+        before_tree = in_ns(net.switch_ns, "tc", "-s", "qdisc", "show", "dev", BOTTLENECK_DEV)
+        sent_before = int(re.search(r"qdisc tbf 1: .*?Sent (\d+) bytes", before_tree, re.S).group(1))
+        a = counters.read()
+        net.set_buffer(4 * FRAME_BYTES)
+        after_tree = in_ns(net.switch_ns, "tc", "-s", "qdisc", "show", "dev", BOTTLENECK_DEV)
+        assert f"qdisc bfifo 10: parent 1:1 limit {4 * FRAME_BYTES}b" in after_tree
+        sent_after = int(re.search(r"qdisc tbf 1: .*?Sent (\d+) bytes", after_tree, re.S).group(1))
+        assert sent_after >= sent_before > 0, "the shaper was recreated (its counters reset)"
+        time.sleep(2)
+        b = counters.read()
+        assert (b.tx_bytes - a.tx_bytes) * 8 / (b.t - a.t) > 0.5 * 20e6, "the flow stalled after the change"
+        out, _ = client.communicate(timeout=15)
+        assert client.returncode == 0 and "connected" in out
+        assert not re.search(r"reset|refused|failed", out, re.I), out
+    finally:
+        counters.close()
+        for p in (client, server):
+            p.kill()
+            p.wait()
+
+
+def test_htb_shaper_tree(no_leftovers):
+    cfg = DumbbellConfig(hosts=1, rate_mbps=10, rtt_ms=[5.0], shaper="htb", buffer_bytes=30_000)
+    with Dumbbell(cfg, "delayline") as net:
+        out = in_ns(net.switch_ns, "tc", "class", "show", "dev", BOTTLENECK_DEV)
+        assert re.search(r"class htb 1:1 root leaf 10: .*rate 10Mbit ceil 10Mbit", out)
+        net.set_buffer(3 * FRAME_BYTES)
+        out = in_ns(net.switch_ns, "tc", "qdisc", "show", "dev", BOTTLENECK_DEV)
+        assert f"qdisc bfifo 10: parent 1:1 limit {3 * FRAME_BYTES}b" in out
+
+
+def test_each_host_gets_its_own_rtt(no_leftovers):
+    cfg = DumbbellConfig(hosts=4, rtt_ms=parse_rtts("20..300", 4))
+    with Dumbbell(cfg, "delayline") as net:
+        results = measure_rtts(net, count=5, interval=0.1)
+    assert [r.host for r in results] == [1, 2, 3, 4]
+    for r in results:
+        assert abs(r.min_ms - r.configured_ms) <= 0.01 * r.configured_ms + 0.3, r
+        assert r.loss_pct == 0
+
+
+def test_global_sysctl_is_restored_after_the_run(no_leftovers):
+    before = sysctl.read("net.core.netdev_max_backlog")
+    with Dumbbell(DumbbellConfig(hosts=1, rtt_ms=[1.0]), "delayline"):
+        during = sysctl.read("net.core.netdev_max_backlog")
+    assert int(during) >= 100_000
+    assert sysctl.read("net.core.netdev_max_backlog") == before
