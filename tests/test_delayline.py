@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -14,6 +13,7 @@ import pytest
 
 from buffersizing import netns
 from topologies.delay import HELPER
+from topologies.wire import Wire
 
 pytestmark = pytest.mark.integration
 UDP = str(Path(__file__).with_name("udp_seq.py"))
@@ -21,36 +21,8 @@ UDP = str(Path(__file__).with_name("udp_seq.py"))
 
 @pytest.fixture
 def wire(root, tmp_path):
-    """Namespaces a -- d -- b: a and b have addresses, d runs the delay line between its two ports."""
-    if not HELPER.exists():
-        subprocess.run(["make", "-C", str(HELPER.parent)], check=True)
-    base = f"{netns.PREFIX}dl{os.getpid()}-"
-    a, d, b = base + "a", base + "d", base + "b"
-    netns.add_many([a, d, b])
-    try:
-        batch = (
-            f"link add name e0 netns {a} type veth peer name da netns {d}\n"
-            f"link add name db netns {d} type veth peer name e0 netns {b}\n"
-        )
-        subprocess.run(["ip", "-batch", "-"], input=batch, text=True, check=True)
-        for ns, dev in [(a, "e0"), (d, "da"), (d, "db"), (b, "e0")]:
-            subprocess.run(
-                netns.in_ns(ns, ["ethtool", "-K", dev, "tso", "off", "gso", "off", "tx", "off"]),
-                check=True,
-                capture_output=True,
-            )
-            subprocess.run(["ip", "-n", ns, "link", "set", dev, "up"], check=True)
-        subprocess.run(["ip", "-n", a, "addr", "add", "10.9.0.1/24", "dev", "e0"], check=True)
-        subprocess.run(["ip", "-n", a, "addr", "add", "10.9.0.3/24", "dev", "e0"], check=True)
-        subprocess.run(["ip", "-n", b, "addr", "add", "10.9.0.2/24", "dev", "e0"], check=True)
-        for ns in (a, d, b):
-            subprocess.run(netns.in_ns(ns, ["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]), check=True)
-        yield {"a": a, "d": d, "b": b, "dir": tmp_path}
-    finally:
-        for ns in (a, d, b):
-            for pid in netns.pids_in(ns):
-                os.kill(pid, signal.SIGKILL)
-            netns.delete(ns)
+    with Wire("dl") as w:
+        yield {"a": w.a, "d": w.d, "b": w.b, "dir": tmp_path, "wire": w}
 
 
 def start(wire, *args: str) -> tuple[subprocess.Popen, Path]:
@@ -86,7 +58,9 @@ def ping_min(ns: str, src: str, count: int = 5) -> float:
 def test_per_host_delay_and_default_for_other_frames(wire):
     mapfile = wire["dir"] / "map.txt"
     mapfile.write_text("# host fwd_us rev_us\n10.9.0.1 10000 5000\n10.9.0.3 40000 40000\n")
-    # No static neighbours here: ARP (not IPv4) crosses with the default delay.
+    # Without static neighbours ARP (not IPv4) must cross, with the default delay, for ping to work.
+    for ns in (wire["a"], wire["b"]):
+        subprocess.run(["ip", "-n", ns, "neigh", "flush", "dev", "e0", "nud", "permanent"], check=True)
     p, stats = start(wire, "-m", str(mapfile), "-f", "1000", "-r", "1000")
     try:
         assert abs(ping_min(wire["a"], "10.9.0.1") - 15.0) < 1.0

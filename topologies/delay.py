@@ -28,6 +28,9 @@ NETEM_LIMIT = 100_000
 # netem runs in softirq, ahead of every user process; the delay line gets a modest real-time
 # priority for the same reason (RT throttling still leaves 5% of each core to everyone else).
 RTPRIO = 10
+# Wake-ups on this VM come 20-70 us late; sleeping until 50 us before a release and polling the
+# rest brings the median lateness to about 1 us for a few % more CPU (bench/results/delayline.md).
+SPIN_US = 50
 
 
 def netem_commands(dev: str, one_way_us: int, rate_mbps: float | None) -> list[str]:
@@ -50,7 +53,7 @@ class DelayLine:
         side_a: str,
         side_b: str,
         hosts: Sequence[tuple[str, float]],
-        spin_us: int = 0,
+        spin_us: int = SPIN_US,
         rtprio: int = RTPRIO,
     ) -> None:
         self.state, self.ns, self.side_a, self.side_b = state, ns, side_a, side_b

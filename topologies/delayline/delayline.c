@@ -23,6 +23,8 @@
  *   -s      stats file, rewritten atomically every -i ms (default 200) and at exit
  *   -p      SCHED_FIFO priority (0 = normal scheduling, the default)
  *   -w      spin instead of sleeping when the next release is this close (us, default 0)
+ * Stats also give how late frames left against their release time (mean, p50, p99, max): the
+ * jitter the delay line adds on top of its constant delay.
  * SIGTERM/SIGINT: write final stats and exit 0.
  */
 #define _GNU_SOURCE
@@ -49,6 +51,7 @@
 
 #define FRAME_MAX 2048
 #define MAP_SIZE 8192 /* power of two, > 2 x hosts */
+#define LATE_BUCKETS 2001 /* lateness histogram: 1 us buckets to 2 ms, last one is "more" */
 
 struct slot {
 	uint64_t release_ns;
@@ -72,6 +75,7 @@ struct dir {
 	uint64_t rx_frames, rx_bytes, tx_frames, tx_bytes;
 	uint64_t drop_full, drop_oversize, drop_send, drop_kernel;
 	uint64_t max_held, late_max_ns, late_sum_ns;
+	uint64_t late_hist[LATE_BUCKETS];
 };
 
 struct map_entry {
@@ -292,6 +296,8 @@ static uint64_t release_due(struct dir *d)
 			d->late_sum_ns += late;
 			if (late > d->late_max_ns)
 				d->late_max_ns = late;
+			uint64_t b = late / 1000;
+			d->late_hist[b < LATE_BUCKETS ? b : LATE_BUCKETS - 1]++;
 		}
 		d->free_bufs[d->free_len++] = s.buf;
 	}
@@ -307,17 +313,35 @@ static void read_kernel_drops(struct dir *d)
 		d->drop_kernel += st.tp_drops;
 }
 
+/* Lateness quantile in us from the histogram (upper edge of the bucket), -1 if nothing sent. */
+static double late_quantile(const struct dir *d, double q)
+{
+	uint64_t total = 0, acc = 0;
+	for (int i = 0; i < LATE_BUCKETS; i++)
+		total += d->late_hist[i];
+	if (!total)
+		return -1;
+	for (int i = 0; i < LATE_BUCKETS; i++) {
+		acc += d->late_hist[i];
+		if ((double)acc >= q * (double)total)
+			return i + 1;
+	}
+	return LATE_BUCKETS;
+}
+
 static void dir_json(FILE *f, struct dir *d)
 {
 	fprintf(f,
 		"\"%s\": {\"rx_frames\": %llu, \"rx_bytes\": %llu, \"tx_frames\": %llu, \"tx_bytes\": %llu, "
 		"\"held\": %u, \"max_held\": %llu, \"drop_pool_full\": %llu, \"drop_oversize\": %llu, "
-		"\"drop_send_error\": %llu, \"drop_kernel\": %llu, \"late_max_us\": %.3f, \"late_mean_us\": %.3f}",
+		"\"drop_send_error\": %llu, \"drop_kernel\": %llu, \"late_max_us\": %.3f, \"late_mean_us\": %.3f, "
+		"\"late_p50_us\": %.0f, \"late_p99_us\": %.0f}",
 		d->name, (unsigned long long)d->rx_frames, (unsigned long long)d->rx_bytes,
 		(unsigned long long)d->tx_frames, (unsigned long long)d->tx_bytes, d->heap_len,
 		(unsigned long long)d->max_held, (unsigned long long)d->drop_full, (unsigned long long)d->drop_oversize,
 		(unsigned long long)d->drop_send, (unsigned long long)d->drop_kernel, d->late_max_ns / 1e3,
-		d->tx_frames ? d->late_sum_ns / 1e3 / (double)d->tx_frames : 0.0);
+		d->tx_frames ? d->late_sum_ns / 1e3 / (double)d->tx_frames : 0.0, late_quantile(d, 0.5),
+		late_quantile(d, 0.99));
 }
 
 static void write_stats(const char *path, struct dir *fwd, struct dir *rev)

@@ -1,0 +1,149 @@
+"""How evenly the bottleneck releases packets, HTB against TBF, on this machine.
+
+Builds the paper's dumbbell (62.5 Mb/s, 87 ms, a buffer of one BDP so the queue never empties),
+runs two long Reno flows, and records every departure from the bottleneck port with the
+net:net_dev_xmit tracepoint (in a private tracing instance). Gaps between consecutive full-size
+departures are compared with the ideal frame time, 1514 B x 8 / C, as in design-notes section 2
+and the 2012 Mininet-HiFi fidelity figure.
+
+    .venv/bin/python bench/shaper_fidelity.py --out bench/results/shaper-fidelity.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from buffersizing import FRAME_BYTES  # noqa: E402
+from buffersizing.capabilities import tracefs_root, tracepoints  # noqa: E402
+from buffersizing.cli import resolve  # noqa: E402
+from buffersizing.config import DumbbellConfig  # noqa: E402
+from buffersizing.verify import IPERF_PORT, wait_listening  # noqa: E402
+from topologies.dumbbell import BOTTLENECK_DEV, Dumbbell  # noqa: E402
+
+LINE = re.compile(r"\s(\d+\.\d+): net_dev_xmit: dev=(\S+) skbaddr=\S+ len=(\d+)")
+
+
+class Trace:
+    """A private ftrace instance with only net:net_dev_xmit for one device enabled."""
+
+    def __init__(self, dev: str) -> None:
+        tracepoints()  # mounts tracefs if needed
+        root = tracefs_root()
+        if root is None:
+            raise SystemExit("tracefs is not available")
+        self.dir = Path(root) / "instances" / f"bsz-fidelity-{os.getpid()}"
+        self.dir.mkdir()
+        ev = self.dir / "events" / "net" / "net_dev_xmit"
+        (ev / "filter").write_text(f'name == "{dev}" && len >= {FRAME_BYTES}')
+        (self.dir / "buffer_size_kb").write_text("65536")
+        self.ev = ev
+
+    def record(self, seconds: float) -> list[float]:
+        (self.dir / "trace").write_text("")
+        (self.ev / "enable").write_text("1")
+        time.sleep(seconds)
+        (self.ev / "enable").write_text("0")
+        text = (self.dir / "trace").read_text()
+        return [float(m.group(1)) for m in LINE.finditer(text)]
+
+    def close(self) -> None:
+        (self.ev / "enable").write_text("0")
+        self.dir.rmdir()
+
+
+def summarize(times: list[float], rate_mbps: float) -> dict:
+    ideal_us = FRAME_BYTES * 8 / rate_mbps
+    gaps = [(b - a) * 1e6 for a, b in zip(times, times[1:], strict=False)]
+    # Only gaps inside busy periods: a gap of more than 10 frame times means the queue ran dry.
+    busy = [g for g in gaps if g < 10 * ideal_us]
+    dev = [abs(g - ideal_us) / ideal_us for g in busy]
+    return {
+        "ideal_us": round(ideal_us, 1),
+        "departures": len(times),
+        "gaps_busy": len(busy),
+        "gaps_idle_excluded": len(gaps) - len(busy),
+        "median_gap_us": round(statistics.median(busy), 1),
+        "rate_from_gaps_mbps": round(FRAME_BYTES * 8 / statistics.mean(busy), 2),
+        **{f"frac_gt{p}": round(sum(d > p / 100 for d in dev) / len(dev), 4) for p in (10, 25, 50, 100)},
+    }
+
+
+def measure(shaper: str, burst: int, seconds: float) -> dict:
+    cfg = DumbbellConfig(hosts=2, rtt_ms=[87.0, 87.0], shaper=shaper, tbf_burst_bytes=burst)
+    with Dumbbell(cfg, resolve(cfg)) as net:
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        net.spawn(net.receiver_ns, ["iperf", "-s", "-p", str(IPERF_PORT)], "iperf server", **quiet)
+        wait_listening(net, IPERF_PORT)
+        for h in net.hosts:
+            net.spawn(
+                h.ns,
+                ["iperf", "-c", net.receiver_ip, "-p", str(IPERF_PORT), "-t", str(int(seconds + 20))],
+                f"iperf client h{h.index}",
+                **quiet,
+            )
+        time.sleep(8)  # past slow start, queue standing
+        trace = Trace(BOTTLENECK_DEV)
+        try:
+            times = trace.record(seconds)
+        finally:
+            trace.close()
+    return {"shaper": shaper, "burst_bytes": burst} | summarize(times, cfg.rate_mbps)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="bench/results/shaper-fidelity.json")
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--repeats", type=int, default=3)
+    a = ap.parse_args()
+    if shutil.which("iperf") is None or os.geteuid() != 0:
+        print("needs root and iperf (run ./setup.sh)", file=sys.stderr)
+        return 2
+    rows = []
+    configs = [
+        ("htb", FRAME_BYTES),
+        ("htb", 2 * FRAME_BYTES),
+        ("htb", 10 * FRAME_BYTES),
+        ("tbf", FRAME_BYTES),
+        ("tbf", 2 * FRAME_BYTES),
+        ("tbf", 3 * FRAME_BYTES),
+    ]
+    for rep in range(a.repeats):
+        for shaper, burst in configs:
+            r = measure(shaper, burst, a.seconds) | {"repeat": rep + 1}
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    res = {"date": time.strftime("%Y-%m-%d"), "kernel": os.uname().release, "rate_mbps": 62.5, "rows": rows}
+    out.write_text(json.dumps(res, indent=1) + "\n")
+    md = [
+        "| shaper | burst B | median gap us (ideal) | gaps >10% off | >25% | >50% | >100% | rate from gaps |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    md += [
+        f"| {r['shaper']} | {r['burst_bytes']} | {r['repeat']} | {r['median_gap_us']} ({r['ideal_us']}) "
+        f"| {r['frac_gt10']:.1%} | {r['frac_gt25']:.1%} | {r['frac_gt50']:.1%} | {r['frac_gt100']:.1%} "
+        f"| {r['rate_from_gaps_mbps']} |"
+        for r in rows
+    ]
+    out.with_suffix(".md").write_text(
+        f"# Bottleneck pacing fidelity, 62.5 Mb/s ({res['date']}, {res['kernel']})\n\n" + "\n".join(md) + "\n"
+    )
+    print("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""A bare wire through the delay line, for testing and benchmarking it alone (like a Mahimahi shell).
+
+[a] e0 ─── da [d: bsz-delayline] db ─── e0 [b]
+10.9.0.1, 10.9.0.3                       10.9.0.2
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+from buffersizing import netns
+from buffersizing.proc import run
+from topologies.delay import HELPER
+
+
+class Wire:
+    def __init__(self, tag: str = "wire") -> None:
+        base = f"{netns.PREFIX}{tag}{os.getpid()}-"
+        self.a, self.d, self.b = base + "a", base + "d", base + "b"
+
+    def __enter__(self) -> Wire:
+        if not HELPER.exists():
+            run(["make", "-C", str(HELPER.parent)])
+        netns.add_many([self.a, self.d, self.b])
+        try:
+            run(
+                ["ip", "-batch", "-"],
+                input=(
+                    f"link add name e0 netns {self.a} type veth peer name da netns {self.d}\n"
+                    f"link add name db netns {self.d} type veth peer name e0 netns {self.b}\n"
+                ),
+            )
+            for ns, dev in [(self.a, "e0"), (self.d, "da"), (self.d, "db"), (self.b, "e0")]:
+                run(netns.in_ns(ns, ["ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off", "tx", "off"]))
+                run(["ip", "-n", ns, "link", "set", dev, "up"])
+                run(netns.in_ns(ns, ["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]))
+            run(["ip", "-n", self.a, "addr", "add", "10.9.0.1/24", "dev", "e0"])
+            run(["ip", "-n", self.a, "addr", "add", "10.9.0.3/24", "dev", "e0"])
+            run(["ip", "-n", self.b, "addr", "add", "10.9.0.2/24", "dev", "e0"])
+            self._static_neighbours()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _static_neighbours(self) -> None:
+        """Without ARP in the way, a sender's first frames are not held (or dropped) unresolved."""
+        mac = {
+            ns: json.loads(run(["ip", "-n", ns, "-j", "link", "show", "e0"]).stdout)[0]["address"]
+            for ns in (self.a, self.b)
+        }
+        for ip in ("10.9.0.1", "10.9.0.3"):
+            run(["ip", "-n", self.b, "neigh", "replace", ip, "lladdr", mac[self.a], "dev", "e0", "nud", "permanent"])
+        run(
+            ["ip", "-n", self.a, "neigh", "replace", "10.9.0.2", "lladdr", mac[self.b], "dev", "e0", "nud", "permanent"]
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        for ns in (self.a, self.d, self.b):
+            if netns.exists(ns):
+                # Only processes inside these namespaces, which exist only for this wire.
+                for pid in netns.pids_in(ns):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                netns.delete(ns)
+
+    def delayline_argv(self, stats: Path, *args: str) -> list[str]:
+        return netns.in_ns(self.d, [str(HELPER), "-a", "da", "-b", "db", "-s", str(stats), *args])
