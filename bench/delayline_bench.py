@@ -237,7 +237,8 @@ def markdown(res: dict) -> str:
             )
     lines += [
         "",
-        f"Highest loss-free: {res['max_lossfree_mbps']}",
+        f"Highest rate with no delay-line drop, by rtprio: {res['max_lossfree_mbps']}. Other losses are "
+        "attributed where they happened (receiver socket, input backlog).",
         "",
         "## Jitter and CPU at 62.5 Mb/s (43.5 ms each way, UDP load, ping every 10 ms)",
         "",

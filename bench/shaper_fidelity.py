@@ -80,7 +80,7 @@ def summarize(times: list[float], rate_mbps: float) -> dict:
 
 
 def measure(shaper: str, burst: int, seconds: float) -> dict:
-    cfg = DumbbellConfig(hosts=2, rtt_ms=[87.0, 87.0], shaper=shaper, tbf_burst_bytes=burst)
+    cfg = DumbbellConfig(hosts=2, rtt_ms=[87.0, 87.0], shaper=shaper, burst_bytes=burst)
     with Dumbbell(cfg, resolve(cfg)) as net:
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
         net.spawn(net.receiver_ns, ["iperf", "-s", "-p", str(IPERF_PORT)], "iperf server", **quiet)

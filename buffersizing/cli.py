@@ -38,8 +38,8 @@ def add_topology_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--shaper",
         choices=SHAPERS,
-        default="tbf",
-        help="bottleneck shaper (default tbf: it paces evenly on this kernel, see README)",
+        default="htb",
+        help="bottleneck shaper (default htb: it paced the most evenly in bench/results/shaper-fidelity.md)",
     )
     p.add_argument(
         "--delay-backend",
@@ -48,6 +48,7 @@ def add_topology_args(p: argparse.ArgumentParser) -> None:
         help="propagation delay: netem, the userspace delay line, or auto (netem if the kernel has it)",
     )
     p.add_argument("--cc", default="reno", help="TCP congestion control on every host (default reno)")
+    p.add_argument("--burst-bytes", type=int, help="shaper burst in bytes (default: htb 1514, tbf 3028)")
     p.add_argument("--access-mbps", type=float, default=1000.0, help="access link rate, 0 = unshaped (default 1000)")
 
 
@@ -61,6 +62,7 @@ def config_from_args(a: argparse.Namespace) -> DumbbellConfig:
         buffer_bytes=buffer_from_args(a.buffer_bytes, a.buffer_packets),
         shaper=a.shaper,
         delay_backend=a.delay_backend,
+        burst_bytes=a.burst_bytes,
         cc=a.cc,
         access_mbps=a.access_mbps,
     )

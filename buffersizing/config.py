@@ -13,7 +13,11 @@ MAX_HOSTS = 400
 MAX_RATE_MBPS = 10_000.0
 MAX_RTT_MS = 10_000.0
 MAX_BUFFER_BYTES = 1 << 30  # bfifo limit is a u32; 1 GiB is far beyond any sensible buffer
-SHAPERS = ("tbf", "htb")
+SHAPERS = ("htb", "tbf")
+# Bytes the shaper may send ahead of its rate. HTB: one frame, so the link never runs faster than C
+# even after an idle spell; TBF needs two, with one it falls ~8% short of C on this kernel
+# (bench/results/shaper-fidelity.md).
+SHAPER_BURST = {"htb": FRAME_BYTES, "tbf": 2 * FRAME_BYTES}
 DELAY_BACKENDS = ("auto", "netem", "delayline")
 
 
@@ -68,11 +72,15 @@ class DumbbellConfig:
     rate_mbps: float = 62.5
     rtt_ms: list[float] = field(default_factory=lambda: [87.0, 87.0])
     buffer_bytes: int | None = None  # None: one bandwidth-delay product at the largest RTT
-    shaper: str = "tbf"
+    shaper: str = "htb"
     delay_backend: str = "auto"
     cc: str = "reno"
     access_mbps: float = 1000.0  # 0 leaves the access links unshaped
-    tbf_burst_bytes: int = 2 * FRAME_BYTES
+    burst_bytes: int | None = None  # None: the shaper's default, SHAPER_BURST
+
+    @property
+    def shaper_burst(self) -> int:
+        return self.burst_bytes if self.burst_bytes is not None else SHAPER_BURST[self.shaper]
 
     def validate(self) -> None:
         if not isinstance(self.hosts, int) or not 1 <= self.hosts <= MAX_HOSTS:
@@ -96,9 +104,9 @@ class DumbbellConfig:
             raise UsageError(f"--cc {self.cc}: this kernel offers {', '.join(ccs) or 'none'}")
         if self.access_mbps != 0:
             check_number("--access-mbps", self.access_mbps, self.rate_mbps, MAX_RATE_MBPS * 10)
-        if not FRAME_BYTES <= self.tbf_burst_bytes <= 64 * FRAME_BYTES:
+        if not FRAME_BYTES <= self.shaper_burst <= 64 * FRAME_BYTES:
             raise UsageError(
-                f"--tbf-burst {self.tbf_burst_bytes}: must be between {FRAME_BYTES} and {64 * FRAME_BYTES} bytes"
+                f"--burst-bytes {self.shaper_burst}: must be between {FRAME_BYTES} and {64 * FRAME_BYTES} bytes"
             )
 
     @property

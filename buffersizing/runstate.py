@@ -118,19 +118,23 @@ def teardown(state: RunState) -> list[str]:
         if stop_process(p["pid"], p["start"]):
             removed.append(f"process {p['pid']} ({p['what']})")
     for ns in reversed(state.namespaces):
-        if not netns.exists(ns):
-            continue
-        # Anything still running inside one of our namespaces was started by this run.
-        for pid in netns.pids_in(ns):
-            if stop_process(pid, start_time(pid), grace=1.0):
-                removed.append(f"process {pid} (in {ns})")
-        netns.delete(ns)
-        removed.append(f"namespace {ns}")
+        if netns.exists(ns):
+            removed += remove_namespace(ns)
     with state_lock():
         removed += sysctl.release_globals(state)
         shutil.rmtree(state.workdir, ignore_errors=True)
         state.path.unlink(missing_ok=True)
     return removed
+
+
+def remove_namespace(ns: str) -> list[str]:
+    """Stop what runs inside one of the toolkit's namespaces (started by the run that made it), then delete it."""
+    removed = []
+    for pid in netns.pids_in(ns):
+        if stop_process(pid, start_time(pid), grace=1.0):
+            removed.append(f"process {pid} (in {ns})")
+    netns.delete(ns)
+    return [*removed, f"namespace {ns}"]
 
 
 def clean_leftovers() -> list[str]:
@@ -144,11 +148,7 @@ def clean_leftovers() -> list[str]:
     live_ns = {n for s in live_runs() for n in s.namespaces}
     for ns in netns.list_ns():
         if ns.startswith(netns.PREFIX) and ns not in live_ns:
-            for pid in netns.pids_in(ns):
-                if stop_process(pid, start_time(pid), grace=1.0):
-                    removed.append(f"process {pid} (in {ns})")
-            netns.delete(ns)
-            removed.append(f"namespace {ns}")
+            removed += remove_namespace(ns)
     with state_lock():
         removed += sysctl.restore_orphaned_globals()
     return removed

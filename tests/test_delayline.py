@@ -71,20 +71,18 @@ def test_per_host_delay_and_default_for_other_frames(wire):
     assert s["forward"]["drop_pool_full"] == 0
 
 
-def test_fifo_order_and_every_drop_counted(wire):
-    """More frames in flight than the pool holds: arrivals stay in order and every loss is counted."""
-    count = 2000
-    # 20 ms of delay at ~5000 frames/s is ~100 frames in flight, more than a 32-frame pool.
-    p, stats = start(wire, "-f", "20000", "-r", "0", "-n", "32")
+def udp_through(wire, dl_args: list[str], port: int, count: int, gap: float) -> tuple[list[int], dict]:
+    """Numbered UDP datagrams a -> b through a delay line started with dl_args; (arrivals, its stats)."""
+    p, stats = start(wire, *dl_args)
     rx = subprocess.Popen(
-        netns.in_ns(wire["b"], [sys.executable, UDP, "recv", "10.9.0.2", "9000", str(count), "2"]),
+        netns.in_ns(wire["b"], [sys.executable, UDP, "recv", "10.9.0.2", str(port), str(count), "2"]),
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         assert rx.stdout.readline().strip() == "listening"
         subprocess.run(
-            netns.in_ns(wire["a"], [sys.executable, UDP, "send", "10.9.0.2", "9000", str(count), "0.0002"]),
+            netns.in_ns(wire["a"], [sys.executable, UDP, "send", "10.9.0.2", str(port), str(count), str(gap)]),
             check=True,
             timeout=60,
         )
@@ -92,6 +90,14 @@ def test_fifo_order_and_every_drop_counted(wire):
     finally:
         rx.kill()
         s = stop(p, stats)
+    return got, s
+
+
+def test_fifo_order_and_every_drop_counted(wire):
+    """More frames in flight than the pool holds: arrivals stay in order and every loss is counted."""
+    count = 2000
+    # 20 ms of delay at ~5000 frames/s is ~100 frames in flight, more than a 32-frame pool.
+    got, s = udp_through(wire, ["-f", "20000", "-r", "0", "-n", "32"], 9000, count, 0.0002)
     fwd = s["forward"]
     assert got == sorted(got), "the delay line reordered frames"
     assert fwd["drop_pool_full"] > 0, "a 32-frame pool must overflow"
@@ -105,23 +111,7 @@ def test_fifo_order_and_every_drop_counted(wire):
 
 def test_paced_traffic_is_not_dropped(wire):
     count = 500
-    p, stats = start(wire, "-f", "5000", "-r", "5000")
-    rx = subprocess.Popen(
-        netns.in_ns(wire["b"], [sys.executable, UDP, "recv", "10.9.0.2", "9001", str(count), "2"]),
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert rx.stdout.readline().strip() == "listening"
-        subprocess.run(
-            netns.in_ns(wire["a"], [sys.executable, UDP, "send", "10.9.0.2", "9001", str(count), "0.0005"]),
-            check=True,
-            timeout=30,
-        )
-        got = [int(x) for x in rx.communicate(timeout=30)[0].split()]
-    finally:
-        rx.kill()
-        s = stop(p, stats)
+    got, s = udp_through(wire, ["-f", "5000", "-r", "5000"], 9001, count, 0.0005)
     assert got == list(range(count))
     assert s["forward"]["drop_pool_full"] == s["forward"]["drop_kernel"] == 0
 

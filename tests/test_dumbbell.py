@@ -18,9 +18,11 @@ from topologies.dumbbell import BOTTLENECK_DEV, Dumbbell
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def net(no_leftovers):
-    cfg = DumbbellConfig(hosts=3, rate_mbps=20, rtt_ms=[10.0, 10.0, 10.0], buffer_bytes=60_000, cc="cubic")
+@pytest.fixture(params=["tbf"])
+def net(request, no_leftovers):
+    cfg = DumbbellConfig(
+        hosts=3, rate_mbps=20, rtt_ms=[10.0, 10.0, 10.0], buffer_bytes=60_000, cc="cubic", shaper=request.param
+    )
     with Dumbbell(cfg, "delayline") as n:
         yield n
 
@@ -52,6 +54,7 @@ def test_bottleneck_tree_is_tbf_with_bfifo_leaf(net):
     assert "qdisc bfifo 10: parent 1:1 limit 60000b" in out
 
 
+@pytest.mark.parametrize("net", ["htb", "tbf"], indirect=True)
 def test_buffer_changes_in_place_under_a_running_flow(net):
     """The leaf's limit changes; the shaper keeps its counters and the flow keeps its connection."""
     server = net.spawn(net.receiver_ns, ["iperf", "-s", "-p", "5001"], "server", stdout=subprocess.DEVNULL)
@@ -69,12 +72,12 @@ def test_buffer_changes_in_place_under_a_running_flow(net):
     try:
         time.sleep(2.5)
         before_tree = in_ns(net.switch_ns, "tc", "-s", "qdisc", "show", "dev", BOTTLENECK_DEV)
-        sent_before = int(re.search(r"qdisc tbf 1: .*?Sent (\d+) bytes", before_tree, re.S).group(1))
+        sent_before = int(re.search(r"qdisc (?:tbf|htb) 1: .*?Sent (\d+) bytes", before_tree, re.S).group(1))
         a = counters.read()
         net.set_buffer(4 * FRAME_BYTES)
         after_tree = in_ns(net.switch_ns, "tc", "-s", "qdisc", "show", "dev", BOTTLENECK_DEV)
         assert f"qdisc bfifo 10: parent 1:1 limit {4 * FRAME_BYTES}b" in after_tree
-        sent_after = int(re.search(r"qdisc tbf 1: .*?Sent (\d+) bytes", after_tree, re.S).group(1))
+        sent_after = int(re.search(r"qdisc (?:tbf|htb) 1: .*?Sent (\d+) bytes", after_tree, re.S).group(1))
         assert sent_after >= sent_before > 0, "the shaper was recreated (its counters reset)"
         time.sleep(2)
         b = counters.read()

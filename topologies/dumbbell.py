@@ -234,7 +234,7 @@ class Dumbbell:
         cfg = self.cfg
         access = cfg.access_mbps or None
         jobs: list[tuple[list[str], str]] = []
-        sw = shaper.build_commands(BOTTLENECK_DEV, cfg.shaper, cfg.rate_mbps, self.buffer_bytes, cfg.tbf_burst_bytes)
+        sw = shaper.build_commands(BOTTLENECK_DEV, cfg.shaper, cfg.rate_mbps, self.buffer_bytes, cfg.shaper_burst)
         for h in self.hosts:
             one_way = int(round(h.rtt_ms * 500))
             if self.backend == "netem":
