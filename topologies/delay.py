@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import select
 import subprocess
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -122,5 +121,4 @@ class DelayLine:
                 self.proc.kill()
                 self.proc.wait()
             self.state.forget_process(self.proc.pid)
-            time.sleep(0)
         return self.stats()
