@@ -126,6 +126,64 @@ def cmd_verify(a: argparse.Namespace) -> int:
     return 0 if summary["ok"] else 1
 
 
+def cmd_flows(a: argparse.Namespace) -> int:
+    """Start N long-lived flows, show they are all up and carrying data, then tear down."""
+    from buffersizing.traffic import LongFlows, split_flows
+    from monitors.counters import InterfaceCounters, rate_mbps
+    from topologies.dumbbell import BOTTLENECK_DEV, Dumbbell
+
+    cfg = config_from_args(a)
+    split_flows(a.flows, cfg.hosts)  # validates --flows before anything is built
+    if a.duration <= 0:
+        raise UsageError(f"--duration {a.duration:g}: must be > 0 seconds")
+    require_root()
+    backend = resolve(cfg)
+
+    def progress(n: int, want: int) -> None:
+        if not a.json:
+            print(f"\r  established {n}/{want}", end="", file=sys.stderr, flush=True)
+
+    t0 = time.monotonic()
+    with Dumbbell(cfg, backend) as net, LongFlows(net, a.flows, a.tool) as flows:
+        started = flows.start_info
+        assert started is not None
+        if not a.json:
+            print(file=sys.stderr)
+        counters = InterfaceCounters(net.switch_ns, BOTTLENECK_DEV)
+        try:
+            first = counters.read()
+            time.sleep(a.duration)
+            last = counters.read()
+        finally:
+            counters.close()
+        flows.check()
+        ccs = flows.congestion_controls()
+    summary = {
+        "flows": a.flows,
+        "hosts": cfg.hosts,
+        "tool": a.tool,
+        "cc": cfg.cc,
+        "congestion_controls_seen": ccs,
+        "established": started.established,
+        "seconds_to_all_established": started.seconds_to_all_established,
+        "held_until_all_up": started.held_until_all_up,
+        "bottleneck_rate_mbps": round(rate_mbps(first, last), 3),
+        "configured_rate_mbps": cfg.rate_mbps,
+        "delay_backend": backend,
+        "wall_seconds": round(time.monotonic() - t0, 2),
+    }
+    if a.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        print(
+            f"{summary['established']} of {a.flows} flows established in "
+            f"{summary['seconds_to_all_established']} s over {cfg.hosts} hosts ({a.tool}, cc {cfg.cc}: {ccs}); "
+            f"{'held until all were up' if summary['held_until_all_up'] else 'NOT held until all were up'}; "
+            f"bottleneck {summary['bottleneck_rate_mbps']} of {cfg.rate_mbps:g} Mb/s for {a.duration:g} s"
+        )
+    return 0
+
+
 def cmd_clean(a: argparse.Namespace) -> int:
     from buffersizing.runstate import clean_leftovers
 
@@ -180,6 +238,14 @@ def build_parser() -> Parser:
     v.add_argument("--out", help="directory to write verify.json into")
     v.add_argument("--json", action="store_true")
     v.set_defaults(func=cmd_verify)
+
+    f = sub.add_parser("flows", help="start N long-lived TCP flows, check all are established and carrying data")
+    add_topology_args(f)
+    f.add_argument("--flows", type=int, default=10, help="long-lived flows, 1 to 800, split evenly over the hosts")
+    f.add_argument("--tool", choices=("iperf", "iperf3"), default="iperf", help="traffic generator (default iperf 2.1)")
+    f.add_argument("--duration", type=float, default=5.0, help="seconds to run once all flows are up")
+    f.add_argument("--json", action="store_true")
+    f.set_defaults(func=cmd_flows)
 
     c = sub.add_parser("clean", help="remove what a killed run left behind (only the toolkit's own)")
     c.set_defaults(func=cmd_clean)

@@ -1,0 +1,85 @@
+"""Long-lived flows: split, establishment, data on every flow, congestion control, clear failures."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from conftest import in_ns
+
+from buffersizing.config import DumbbellConfig
+from buffersizing.errors import RunError, UsageError
+from buffersizing.traffic import LongFlows, split_flows
+from monitors.counters import InterfaceCounters, rate_mbps
+from topologies.dumbbell import BOTTLENECK_DEV, Dumbbell
+
+
+def test_flows_split_evenly_over_hosts():
+    assert split_flows(50, 10) == [5] * 10
+    assert split_flows(7, 3) == [3, 2, 2]
+    assert split_flows(2, 4) == [1, 1, 0, 0]
+    for bad in (0, 801):
+        with pytest.raises(UsageError, match=f"--flows {bad}"):
+            split_flows(bad, 2)
+
+
+def bytes_received_per_flow(net: Dumbbell) -> list[int]:
+    out = in_ns(net.receiver_ns, "ss", "-Htin", "state", "established", "( sport = :5001 )")
+    return [int(m) for m in re.findall(r"bytes_received:(\d+)", out)]
+
+
+@pytest.mark.integration
+def test_50_flows_over_10_hosts_establish_and_all_carry_data(no_leftovers):
+    # The paper's link: a BDP of 449 packets plus as much buffer, ~18 packets per flow, so no flow
+    # is starved into repeated timeouts (with ~1 packet per flow some legitimately would be).
+    cfg = DumbbellConfig(hosts=10, rtt_ms=[87.0] * 10)
+    with Dumbbell(cfg, "delayline") as net, LongFlows(net, 50) as flows:
+        info = flows.start_info
+        assert info.established == 50 and info.held_until_all_up
+        counters = InterfaceCounters(net.switch_ns, BOTTLENECK_DEV)
+        a = counters.read()
+        time.sleep(5)
+        b = counters.read()
+        counters.close()
+        flows.check()
+        per_flow = bytes_received_per_flow(net)
+        assert len(per_flow) == 50
+        assert min(per_flow) > 10_000, f"a flow carried almost nothing: {sorted(per_flow)[:5]}"
+        assert rate_mbps(a, b) > 0.9 * cfg.rate_mbps
+        assert flows.congestion_controls() == {"reno": 50}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("tool", ["iperf", "iperf3"])
+def test_congestion_control_in_use_is_the_one_asked_for(no_leftovers, tool):
+    cfg = DumbbellConfig(hosts=2, rate_mbps=20, rtt_ms=[10.0, 10.0], cc="cubic")
+    with Dumbbell(cfg, "delayline") as net, LongFlows(net, 6, tool) as flows:
+        assert flows.start_info.established == 6
+        ccs = flows.congestion_controls()
+        assert set(ccs) == {"cubic"} and ccs["cubic"] >= 6
+        flows.check()
+
+
+@pytest.mark.integration
+def test_refused_connections_give_a_clear_error_not_a_hang(no_leftovers, monkeypatch):
+    # A "server" that never listens: every connect is answered with a reset.
+    monkeypatch.setattr(LongFlows, "_server_argv", lambda self, port: ["sleep", "120"])
+    monkeypatch.setattr(LongFlows, "_wait_listening", lambda self, ports, timeout=10.0: None)
+    cfg = DumbbellConfig(hosts=2, rate_mbps=20, rtt_ms=[5.0, 5.0])
+    t0 = time.monotonic()
+    with Dumbbell(cfg, "delayline") as net, pytest.raises(RunError, match=r"only 0 of 4 flows established"):
+        with LongFlows(net, 4):
+            pass
+    assert time.monotonic() - t0 < 60
+
+
+@pytest.mark.integration
+def test_a_flow_that_dies_is_reported(no_leftovers):
+    cfg = DumbbellConfig(hosts=2, rate_mbps=20, rtt_ms=[5.0, 5.0])
+    with Dumbbell(cfg, "delayline") as net, LongFlows(net, 4) as flows:
+        flows.check()
+        flows.clients[0].kill()
+        flows.clients[0].wait()
+        with pytest.raises(RunError, match="exited"):
+            flows.check()
