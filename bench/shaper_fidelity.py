@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,7 +27,7 @@ from buffersizing import FRAME_BYTES  # noqa: E402
 from buffersizing.capabilities import tracefs_root, tracepoints  # noqa: E402
 from buffersizing.cli import resolve  # noqa: E402
 from buffersizing.config import DumbbellConfig  # noqa: E402
-from buffersizing.verify import IPERF_PORT, wait_listening  # noqa: E402
+from buffersizing.traffic import LongFlows  # noqa: E402
 from topologies.dumbbell import BOTTLENECK_DEV, Dumbbell  # noqa: E402
 
 LINE = re.compile(r"\s(\d+\.\d+): net_dev_xmit: dev=(\S+) skbaddr=\S+ len=(\d+)")
@@ -81,17 +80,7 @@ def summarize(times: list[float], rate_mbps: float) -> dict:
 
 def measure(shaper: str, burst: int, seconds: float) -> dict:
     cfg = DumbbellConfig(hosts=2, rtt_ms=[87.0, 87.0], shaper=shaper, burst_bytes=burst)
-    with Dumbbell(cfg, resolve(cfg)) as net:
-        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-        net.spawn(net.receiver_ns, ["iperf", "-s", "-p", str(IPERF_PORT)], "iperf server", **quiet)
-        wait_listening(net, IPERF_PORT)
-        for h in net.hosts:
-            net.spawn(
-                h.ns,
-                ["iperf", "-c", net.receiver_ip, "-p", str(IPERF_PORT), "-t", str(int(seconds + 20))],
-                f"iperf client h{h.index}",
-                **quiet,
-            )
+    with Dumbbell(cfg, resolve(cfg)) as net, LongFlows(net, 2):
         time.sleep(8)  # past slow start, queue standing
         trace = Trace(BOTTLENECK_DEV)
         try:

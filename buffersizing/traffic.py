@@ -45,7 +45,8 @@ def check_iperf2() -> None:
     v = iperf2_version()
     if v is None:
         raise MachineError("iperf 2 is not installed (run ./setup.sh)")
-    help_text = run(["iperf", "--help"], check=False).stdout + run(["iperf", "--help"], check=False).stderr
+    res = run(["iperf", "--help"], check=False)
+    help_text = res.stdout + res.stderr  # iperf 2 prints its help on either stream, depending on version
     if v < (2, 1, 0) or "--txstart-time" not in help_text:
         raise MachineError(
             f"iperf {'.'.join(map(str, v))} lacks --txstart-time/--txdelay-time (need 2.1 or newer); "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import statistics
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -12,14 +11,15 @@ from dataclasses import dataclass
 from buffersizing import netns
 from buffersizing.errors import RunError
 from buffersizing.proc import run
+from buffersizing.traffic import LongFlows
 from monitors.counters import InterfaceCounters, rate_mbps
+from topologies import shaper
 from topologies.dumbbell import BOTTLENECK_DEV, Dumbbell, Host
 
 # Tolerances of the issue: min RTT within 1 % + 0.3 ms, rate within 97..101 % of configured.
 RTT_REL_TOL = 0.01
 RTT_ABS_TOL_MS = 0.3
 RATE_LOW, RATE_HIGH = 0.97, 1.01
-IPERF_PORT = 5001
 
 
 @dataclass
@@ -56,16 +56,6 @@ def measure_rtts(net: Dumbbell, count: int = 20, interval: float = 0.05) -> list
         return list(pool.map(lambda h: ping_host(net, h, count, interval), net.hosts))
 
 
-def wait_listening(net: Dumbbell, port: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        res = run(netns.in_ns(net.receiver_ns, ["ss", "-Hltn", f"sport = :{port}"]), check=False)
-        if res.stdout.strip():
-            return
-        time.sleep(0.05)
-    raise RunError(f"iperf server in the receiver did not listen on port {port} within {timeout:.0f} s")
-
-
 @dataclass
 class RateResult:
     configured_mbps: float
@@ -88,54 +78,27 @@ def measure_rate(net: Dumbbell, duration: float = 5.0, warmup: float | None = No
     max_rtt_s = max(h.rtt_ms for h in net.hosts) / 1000
     # Slow start to a full pipe takes about log2(BDP in packets) RTTs; 15 RTTs covers it with margin.
     warmup = warmup if warmup is not None else max(2.0, 15 * max_rtt_s)
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    server = net.spawn(net.receiver_ns, ["iperf", "-s", "-p", str(IPERF_PORT)], "iperf server", **quiet)
-    clients: list[subprocess.Popen] = []
     counters = InterfaceCounters(net.switch_ns, BOTTLENECK_DEV)
     try:
-        wait_listening(net, IPERF_PORT)
-        secs = int(warmup + duration + 3)
-        for h in net.hosts:
-            argv = ["iperf", "-c", net.receiver_ip, "-p", str(IPERF_PORT), "-t", str(secs)]
-            clients.append(net.spawn(h.ns, argv, f"iperf client h{h.index}", **quiet))
-        time.sleep(warmup)
-        net.check_alive()
-        samples = [counters.read()]
-        drops0 = _bottleneck_drops(net)
-        end = samples[0].t + duration
-        while time.monotonic() < end:
-            time.sleep(0.1)
-            samples.append(counters.read())
-        drops = _bottleneck_drops(net) - drops0
-        if any(c.poll() not in (None, 0) for c in clients):
-            raise RunError("an iperf client exited early; the bottleneck was not saturated")
+        with LongFlows(net, len(net.hosts)) as flows:
+            time.sleep(warmup)
+            net.check_alive()
+            samples = [counters.read()]
+            drops0 = shaper.leaf_drops(net.switch_ns, BOTTLENECK_DEV)
+            end = samples[0].t + duration
+            while time.monotonic() < end:
+                time.sleep(0.1)
+                samples.append(counters.read())
+            drops = shaper.leaf_drops(net.switch_ns, BOTTLENECK_DEV) - drops0
+            flows.check()  # a flow that died means the bottleneck may not have been saturated
     finally:
         counters.close()
-        for p in [*clients, server]:
-            _stop(net, p)
     per_second = [
         rate_mbps(samples[i], samples[min(i + 10, len(samples) - 1)]) for i in range(0, len(samples) - 10, 10)
     ]
     return RateResult(
         net.cfg.rate_mbps, rate_mbps(samples[0], samples[-1]), samples[-1].t - samples[0].t, per_second, drops
     )
-
-
-def _bottleneck_drops(net: Dumbbell) -> int:
-    out = run(["tc", "-n", net.switch_ns, "-s", "qdisc", "show", "dev", BOTTLENECK_DEV]).stdout
-    m = re.search(r"bfifo 10:.*?dropped (\d+)", out, re.S)
-    return int(m.group(1)) if m else 0
-
-
-def _stop(net: Dumbbell, p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        p.terminate()
-        try:
-            p.wait(timeout=3)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    net.state.forget_process(p.pid)
 
 
 def summarize(net: Dumbbell, pings: list[PingResult], rate: RateResult | None) -> dict:

@@ -9,6 +9,8 @@ so the shaper's token state, its counters and the flows running through it are u
 
 from __future__ import annotations
 
+import re
+
 from buffersizing import FRAME_BYTES
 from buffersizing.proc import run
 
@@ -65,3 +67,10 @@ def set_buffer(ns: str, dev: str, buffer_bytes: int) -> None:
 
 def show(ns: str, dev: str) -> str:
     return run(["tc", "-n", ns, "-s", "qdisc", "show", "dev", dev]).stdout
+
+
+def leaf_drops(ns: str, dev: str) -> int:
+    """Packets the buffer (the bfifo leaf) has dropped. One tc call: read per measurement, not per sample."""
+    out = show(ns, dev)
+    m = re.search(rf"qdisc bfifo {LEAF} .*?dropped (\d+)", out, re.S)
+    return int(m.group(1)) if m else 0
