@@ -12,6 +12,9 @@ from typing import NoReturn
 
 from buffersizing.config import DELAY_BACKENDS, SHAPERS, DumbbellConfig, buffer_from_args, parse_rtts
 from buffersizing.errors import MachineError, RunError, UsageError
+from buffersizing.minbuffer import SearchOptions
+from buffersizing.presets import PRESETS
+from buffersizing.sweep import SweepSpec
 
 
 class Parser(argparse.ArgumentParser):
@@ -184,6 +187,140 @@ def cmd_flows(a: argparse.Namespace) -> int:
     return 0
 
 
+def add_search_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", type=float, default=0.99, help="utilization to keep (default 0.99)")
+    p.add_argument(
+        "--relative-to",
+        choices=("reference", "nominal"),
+        default="reference",
+        help="utilization of the rate measured with a 2-BDP buffer (default) or of the configured rate",
+    )
+    p.add_argument("--samples", type=int, default=5, help="utilization samples per probe; decisions use the median")
+    p.add_argument("--settle-s", type=float, help="seconds after a buffer change (default: one congestion cycle)")
+    p.add_argument("--sample-s", type=float, help="seconds per sample (default: one congestion cycle, 1 to 30 s)")
+    p.add_argument(
+        "--resolution",
+        type=float,
+        default=0.05,
+        help="stop when the bracket is within this fraction of the answer, or one packet (default 0.05)",
+    )
+    p.add_argument("--no-first-guess", action="store_true", help="do not probe RTT*C/sqrt(N) first")
+    p.add_argument("--tool", choices=("iperf", "iperf3"), default="iperf", help="traffic generator (default iperf 2.1)")
+    p.add_argument("--fidelity-s", type=float, default=2.0, help="seconds of pacing trace at calibration (0: skip)")
+
+
+def search_options(a: argparse.Namespace, flows: int) -> SearchOptions:
+    opts = SearchOptions(
+        flows=flows,
+        target=a.target,
+        relative_to=a.relative_to,
+        samples=a.samples,
+        settle_s=a.settle_s,
+        sample_s=a.sample_s,
+        resolution=a.resolution,
+        first_guess=not a.no_first_guess,
+        tool=a.tool,
+        fidelity_s=a.fidelity_s,
+    )
+    opts.validate()
+    return opts
+
+
+def cmd_search(a: argparse.Namespace) -> int:
+    from buffersizing.minbuffer import run_search
+
+    cfg = config_from_args(a)
+    opts = search_options(a, a.flows)
+    require_root()
+    out = Path(a.out) if a.out else None
+    if out is not None and (out / "result.json").exists() and not a.force:
+        raise UsageError(f"--out {out} already holds a result.json; choose another directory or add --force")
+    result = run_search(cfg, resolve(cfg), opts, out, log=(lambda s: None) if a.json else None)
+    if a.json:
+        print(json.dumps(result, indent=1))
+    elif out is not None:
+        print(f"result written to {out}/result.json")
+    return 0 if result["valid"] else 3
+
+
+def parse_flow_list(text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError as e:
+        raise UsageError(f"--flows {text}: expected whole numbers separated by commas, like 2,10,50") from e
+
+
+def sweep_spec(a: argparse.Namespace) -> SweepSpec:
+    from buffersizing.presets import preset
+    from buffersizing.sweep import SweepSpec
+
+    pre = preset(a.preset) if a.preset else {}
+
+    def pick(arg: object, key: str, default: object) -> object:
+        return arg if arg is not None else pre.get(key, default)
+
+    search = {
+        "target": a.target,
+        "relative_to": a.relative_to,
+        "samples": pick(a.samples, "samples", 5),
+        "settle_s": a.settle_s,
+        "sample_s": a.sample_s,
+        "resolution": pick(a.resolution, "resolution", 0.05),
+        "first_guess": not a.no_first_guess,
+        "tool": a.tool,
+        "fidelity_s": a.fidelity_s,
+    }
+    flows = parse_flow_list(a.flows) if a.flows is not None else pre.get("flows")
+    if flows is None:
+        raise UsageError("give --flows (for example 2,10,50,200,800) or a --preset")
+    spec = SweepSpec(
+        flows=flows,
+        runs=pick(a.runs, "runs", 1),
+        max_hosts=pick(a.hosts, "max_hosts", 400),
+        rate_mbps=pick(a.rate_mbps, "rate_mbps", 62.5),
+        rtt_ms=pick(a.rtt_ms, "rtt_ms", "87"),
+        cc=pick(a.cc, "cc", "reno"),
+        shaper=a.shaper,
+        burst_bytes=a.burst_bytes,
+        delay_backend=a.delay_backend,
+        access_mbps=a.access_mbps,
+        search=search,
+        preset=a.preset,
+    )
+    spec.validate()
+    return spec
+
+
+def cmd_sweep(a: argparse.Namespace) -> int:
+    from buffersizing.plot import make_report
+    from buffersizing.sweep import run_sweep
+
+    spec = sweep_spec(a)
+    require_root()
+    out = Path(a.out)
+    res = run_sweep(out, spec, resolve(spec.config(spec.flows[0])))
+    if res["finished"]:
+        for path in make_report(out):
+            print(f"wrote {path}")
+    if res["failed"]:
+        print(f"{len(res['failed'])} point(s) failed; re-run the same command to retry them:", file=sys.stderr)
+        for f in res["failed"]:
+            print(f"  {f}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_plot(a: argparse.Namespace) -> int:
+    from buffersizing.plot import make_report
+
+    d = Path(a.dir)
+    if not d.is_dir():
+        raise UsageError(f"{d}: not a directory")
+    for path in make_report(d, a.title):
+        print(f"wrote {path}")
+    return 0
+
+
 def cmd_clean(a: argparse.Namespace) -> int:
     from buffersizing.runstate import clean_leftovers
 
@@ -195,32 +332,77 @@ def cmd_clean(a: argparse.Namespace) -> int:
     return 0
 
 
+def quick_dir(base: Path, spec: SweepSpec) -> Path:
+    """The main job's sweep directory: the latest one if it was cut short with the same settings (so
+    re-running resumes it), else a new timestamped one (so a finished run is never overwritten)."""
+    from buffersizing.sweep import point_dir
+
+    latest = base / "latest"
+    if latest.is_dir() and (latest / "manifest.json").exists():
+        try:
+            same = json.loads((latest / "manifest.json").read_text())["spec"] == spec.to_dict()
+        except (OSError, ValueError, KeyError):
+            same = False
+        unfinished = any(not (point_dir(latest, n, r) / "result.json").exists() for n, r in spec.points())
+        if same and unfinished:
+            return latest.resolve()
+    d = base / time.strftime("%Y-%m-%d-%H%M%S")
+    d.mkdir(parents=True)
+    if latest.is_symlink() or not latest.exists():
+        latest.unlink(missing_ok=True)
+        latest.symlink_to(d.name)
+    return d
+
+
 def cmd_quick(a: argparse.Namespace) -> int:
-    """The main job: check the machine, then verify the paper's dumbbell and a spread of RTTs."""
+    """The main job: check the machine, verify the emulated path, then the quick replication sweep."""
     from buffersizing.capabilities import format_report, probe
+    from buffersizing.plot import make_report
+    from buffersizing.presets import preset
+    from buffersizing.sweep import SweepSpec, run_sweep
     from buffersizing.verify import format_summary
 
     require_root()
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    pre = preset("quick")
+    spec = SweepSpec(
+        flows=pre["flows"],
+        runs=pre["runs"],
+        max_hosts=pre["max_hosts"],
+        rate_mbps=pre["rate_mbps"],
+        rtt_ms=pre["rtt_ms"],
+        cc=pre["cc"],
+        shaper="htb",
+        burst_bytes=None,
+        delay_backend="auto",
+        access_mbps=1000.0,
+        search={"samples": pre["samples"], "resolution": pre["resolution"]},
+        preset="quick",
+    )
+    out = quick_dir(Path(a.out), spec)
     caps = probe()
     print(format_report(caps))
     (out / "doctor.json").write_text(json.dumps(caps.to_dict(), indent=1) + "\n")
     if caps.problems:
         return 1
-    ok = True
-    runs = {
-        "verify-87ms": DumbbellConfig(hosts=2, rtt_ms=[87.0, 87.0]),
-        "verify-20-300ms": DumbbellConfig(hosts=8, rtt_ms=parse_rtts("20..300", 8)),
-    }
-    for name, cfg in runs.items():
-        print(f"\n== {name}: {cfg.hosts} hosts, RTT {cfg.rtt_ms[0]:g}..{cfg.rtt_ms[-1]:g} ms, {cfg.rate_mbps} Mb/s")
-        s = run_verify(cfg, duration=5.0)
-        (out / f"{name}.json").write_text(json.dumps(s | {"config": cfg.to_dict()}, indent=1) + "\n")
-        print(format_summary(s))
-        ok &= s["ok"]
-    print(f"\nresults written to {out}/")
-    return 0 if ok else 1
+    cfg = DumbbellConfig(hosts=2, rtt_ms=[87.0, 87.0], cc=spec.cc)
+    print(f"\n== verify: {cfg.hosts} hosts, RTT 87 ms, {cfg.rate_mbps:g} Mb/s")
+    s = run_verify(cfg, duration=5.0)
+    (out / "verify.json").write_text(json.dumps(s | {"config": cfg.to_dict()}, indent=1) + "\n")
+    print(format_summary(s))
+    if not s["ok"]:
+        print("the emulated path is not within tolerance; not running the sweep on it", file=sys.stderr)
+        return 1
+    print(f"\n== quick replication: N = {', '.join(map(str, spec.flows))}, cc {spec.cc}, into {out}/")
+    res = run_sweep(out, spec, resolve(cfg))
+    paths = make_report(out) if res["finished"] else []
+    for path in paths:
+        print(f"wrote {path}")
+    (out / "wall_seconds.txt").write_text(f"{time.monotonic() - t0:.0f}\n")
+    if paths:
+        print("\n" + (out / "table.md").read_text())
+    print(f"main job finished in {(time.monotonic() - t0) / 60:.1f} min; results in {out}/")
+    return 0 if not res["failed"] else 1
 
 
 def build_parser() -> Parser:
@@ -247,11 +429,45 @@ def build_parser() -> Parser:
     f.add_argument("--json", action="store_true")
     f.set_defaults(func=cmd_flows)
 
+    s = sub.add_parser(
+        "search",
+        help="find the smallest buffer keeping the link at the target utilization (same as binary_search.py)",
+    )
+    add_topology_args(s)
+    s.add_argument("--flows", type=int, default=10, help="long-lived flows, 1 to 800, split evenly over the hosts")
+    add_search_args(s)
+    s.add_argument("--out", help="directory for result.json and samples.csv")
+    s.add_argument("--force", action="store_true", help="overwrite an existing result in --out")
+    s.add_argument("--json", action="store_true", help="print the result JSON instead of progress")
+    s.set_defaults(func=cmd_search)
+
+    w = sub.add_parser("sweep", help="one search per (N, run) into a resumable sweep directory, then plot it")
+    w.add_argument("--preset", choices=PRESETS, help="quick (the main job), full, or theory (reno); flags override")
+    w.add_argument("--flows", help="numbers of flows, comma-separated, e.g. 2,10,50,200,800")
+    w.add_argument("--runs", type=int, help="searches per N (default 1)")
+    w.add_argument("--hosts", type=int, help="most sender hosts; each point uses min(N, this) (default 400)")
+    w.add_argument("--rate-mbps", type=float, help="bottleneck rate C (default 62.5)")
+    w.add_argument("--rtt-ms", help="RTT, or a range lo..hi spread over each point's hosts (default 87)")
+    w.add_argument("--cc", help="congestion control (default reno; presets quick/full: bic, else cubic)")
+    w.add_argument("--shaper", choices=SHAPERS, default="htb")
+    w.add_argument("--burst-bytes", type=int)
+    w.add_argument("--delay-backend", choices=DELAY_BACKENDS, default="auto")
+    w.add_argument("--access-mbps", type=float, default=1000.0)
+    add_search_args(w)
+    w.set_defaults(samples=None, resolution=None)
+    w.add_argument("--out", required=True, help="sweep directory; re-running the same command resumes it")
+    w.set_defaults(func=cmd_sweep)
+
+    pl = sub.add_parser("plot", help="figure (PNG, PDF) and table (Markdown, CSV) from a sweep directory")
+    pl.add_argument("dir")
+    pl.add_argument("--title")
+    pl.set_defaults(func=cmd_plot)
+
     c = sub.add_parser("clean", help="remove what a killed run left behind (only the toolkit's own)")
     c.set_defaults(func=cmd_clean)
 
     q = sub.add_parser("quick", help="the main job of ./setup.sh quick")
-    q.add_argument("--out", default="results/quick")
+    q.add_argument("--out", default="results/quick", help="a timestamped run directory is made in here")
     q.set_defaults(func=cmd_quick)
     return p
 

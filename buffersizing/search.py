@@ -56,6 +56,11 @@ class MedianSearch:
     extra_samples: int = 10
     rechecks: int = 2
     first_guess_packets: int | None = None  # e.g. RTT*C/sqrt(N), probed first if given
+    # The calibration buffer defines the reference rate, so when hi is that buffer it passes by definition.
+    assume_hi_passes: bool = False
+    # Stop when hi - lo <= max(1, resolution * hi): buffers closer than that are within the
+    # run-to-run noise of a real link, and each probe costs tens of seconds.
+    resolution: float = 0.0
     progress: Callable[[Probe], None] | None = None
     probes: list[Probe] = field(default_factory=list)
 
@@ -77,7 +82,7 @@ class MedianSearch:
 
     def _bisect(self, lo: int, hi: int) -> tuple[int, int]:
         """lo fails (or is 0), hi passes; narrow to adjacent packets."""
-        while hi - lo > 1:
+        while hi - lo > max(1, math.floor(self.resolution * hi)):
             mid = max(lo + 1, min(hi - 1, round(math.sqrt(lo * hi)) if lo > 0 else (lo + hi) // 2))
             if self.probe(mid):
                 hi = mid
@@ -89,7 +94,7 @@ class MedianSearch:
         if self.hi_packets < 1:
             raise ValueError("hi_packets must be at least 1")
         hi = self.hi_packets
-        if not self.probe(hi):
+        if not self.assume_hi_passes and not self.probe(hi):
             return SearchResult(
                 hi,
                 hi * FRAME_BYTES,
@@ -115,7 +120,7 @@ class MedianSearch:
                 new_hi = passes_above[0] if passes_above else self.hi_packets
                 lo, hi = self._bisect(hi, new_hi)
                 changed = True
-            # ... and the packet below it must fail again.
+            # ... and the lower end of the bracket must fail again.
             elif lo >= 1 and self.probe(lo, recheck=True):
                 fails_below = sorted(p.buffer_packets for p in self.probes if not p.passed and p.buffer_packets < lo)
                 lo, hi = self._bisect(fails_below[-1] if fails_below else 0, lo)

@@ -1,0 +1,44 @@
+"""What a result depends on besides its config: kernel, delay backend, congestion control, offloads,
+tool versions and the project's commit. Written beside every sweep so a figure explains itself."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from pathlib import Path
+
+from buffersizing.capabilities import kernel_has_module, tool_version
+from buffersizing.config import available_congestion_controls
+from buffersizing.proc import run
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def project_commit() -> str:
+    res = run(["git", "-C", str(REPO), "rev-parse", "HEAD"], check=False)
+    if res.returncode != 0:
+        return "unknown (not a git checkout)"
+    dirty = run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"], check=False).stdout.strip()
+    return res.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
+
+
+def machine_manifest(backend: str, cc: str) -> dict:
+    from topologies.dumbbell import OFFLOADS_OFF
+
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        "kernel": os.uname().release,
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "delay_backend": backend,
+        "congestion_control": cc,
+        "congestion_controls_available": available_congestion_controls(),
+        "bic_module": kernel_has_module("tcp_bic"),
+        "offloads_off_on_every_interface": OFFLOADS_OFF[::2],
+        "iperf": tool_version(["iperf", "-v"]),
+        "iperf3": tool_version(["iperf3", "-v"]),
+        "tc": tool_version(["tc", "-V"]),
+        "project_commit": project_commit(),
+    }

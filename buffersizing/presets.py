@@ -1,0 +1,36 @@
+"""Named sweeps: the main job's quick replication, the full one, and the Reno theory check.
+
+The hardware comparison (quick, full) uses bic where the kernel has it and cubic otherwise: the
+NetFPGA hosts and the 2012 emulation ran the Linux default of their day (BIC), so Reno there would
+compare different congestion controls (design-notes section 5). The theory preset uses Reno, which
+the sqrt(N) model assumes.
+"""
+
+from __future__ import annotations
+
+from buffersizing.capabilities import kernel_has_module
+from buffersizing.config import available_congestion_controls
+
+PAPER_RATE_MBPS = 62.5
+PAPER_RTT_MS = "87"
+FULL_FLOWS = [2, 5, 10, 20, 50, 100, 200, 400, 600, 800]
+
+
+def hardware_cc() -> str:
+    return "bic" if "bic" in available_congestion_controls() or kernel_has_module("tcp_bic") else "cubic"
+
+
+def preset(name: str) -> dict:
+    """Sweep settings a preset fixes; anything given on the command line overrides them."""
+    base = {"rate_mbps": PAPER_RATE_MBPS, "rtt_ms": PAPER_RTT_MS, "max_hosts": 400}
+    if name == "quick":
+        # About 20 minutes here: one run of five N, three samples per probe, 10 % resolution.
+        return base | {"flows": [2, 10, 50, 200, 800], "runs": 1, "cc": hardware_cc(), "samples": 3, "resolution": 0.1}
+    if name == "full":
+        return base | {"flows": FULL_FLOWS, "runs": 4, "cc": hardware_cc(), "samples": 5, "resolution": 0.05}
+    if name == "theory":
+        return base | {"flows": FULL_FLOWS, "runs": 4, "cc": "reno", "samples": 5, "resolution": 0.05}
+    raise KeyError(name)
+
+
+PRESETS = ("quick", "full", "theory")

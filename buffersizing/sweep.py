@@ -1,0 +1,152 @@
+"""A sweep: one search per (N, run), each in its own directory, resumable.
+
+    SWEEP/manifest.json           the sweep's settings and the machine it ran on
+    SWEEP/n0010-run1/result.json  one finished point (written atomically, last)
+    SWEEP/n0010-run1/error.json   a point that failed; re-running the sweep tries it again
+
+Points run in run-major order (every N of run 1, then run 2, ...), so a sweep stopped early still
+has a whole curve. A point is finished when its result.json exists; re-running the same command
+skips those, so a killed sweep loses at most the point it was in.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from buffersizing.config import DumbbellConfig, parse_rtts
+from buffersizing.dynamics import estimate_search_seconds
+from buffersizing.errors import RunError, UsageError
+from buffersizing.manifest import machine_manifest
+from buffersizing.minbuffer import SearchOptions, run_search, write_json_atomic
+from buffersizing.traffic import MAX_FLOWS
+
+
+@dataclass
+class SweepSpec:
+    flows: list[int]
+    runs: int
+    max_hosts: int  # each point uses min(N, max_hosts) sender hosts
+    rate_mbps: float
+    rtt_ms: str  # as given: '87', or a range spread over each point's hosts
+    cc: str
+    shaper: str
+    burst_bytes: int | None
+    delay_backend: str
+    access_mbps: float
+    search: dict = field(default_factory=dict)  # SearchOptions fields other than flows
+    preset: str | None = None
+
+    def validate(self) -> None:
+        if not self.flows:
+            raise UsageError("--flows: give at least one number of flows")
+        for n in self.flows:
+            if not 1 <= n <= MAX_FLOWS:
+                raise UsageError(f"--flows {n}: each must be from 1 to {MAX_FLOWS}")
+        if len(set(self.flows)) != len(self.flows):
+            raise UsageError("--flows: a number of flows is listed twice")
+        if not 1 <= self.runs <= 100:
+            raise UsageError(f"--runs {self.runs}: must be from 1 to 100")
+        if not 1 <= self.max_hosts <= 400:
+            raise UsageError(f"--hosts {self.max_hosts}: must be from 1 to 400")
+        for n in self.flows:
+            self.config(n).validate()
+            self.options(n).validate()
+
+    def config(self, flows: int) -> DumbbellConfig:
+        hosts = min(flows, self.max_hosts)
+        return DumbbellConfig(
+            hosts=hosts,
+            rate_mbps=self.rate_mbps,
+            rtt_ms=parse_rtts(self.rtt_ms, hosts),
+            shaper=self.shaper,
+            burst_bytes=self.burst_bytes,
+            delay_backend=self.delay_backend,
+            cc=self.cc,
+            access_mbps=self.access_mbps,
+        )
+
+    def options(self, flows: int) -> SearchOptions:
+        return SearchOptions(flows=flows, **self.search)
+
+    def points(self) -> list[tuple[int, int]]:
+        return [(n, r) for r in range(1, self.runs + 1) for n in self.flows]
+
+    def estimate(self, flows: int) -> float:
+        o = self.options(flows)
+        rtt = max(parse_rtts(self.rtt_ms, min(flows, self.max_hosts)))
+        return estimate_search_seconds(self.cc, flows, self.rate_mbps, rtt, o.samples, o.settle_s, o.sample_s)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def point_dir(out: Path, flows: int, run: int) -> Path:
+    return out / f"n{flows:04d}-run{run}"
+
+
+def clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def open_sweep(out: Path, spec: SweepSpec, backend: str) -> None:
+    """Create the sweep directory, or check that an existing one was made by the same command."""
+    path = out / "manifest.json"
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())["spec"]
+        except (OSError, ValueError, KeyError) as e:
+            raise UsageError(f"{path} is not a sweep manifest ({e}); choose another --out") from e
+        if old != spec.to_dict():
+            diff = sorted(k for k in set(old) | set(spec.to_dict()) if old.get(k) != spec.to_dict().get(k))
+            raise UsageError(
+                f"{out} holds a sweep with different settings ({', '.join(diff)}); "
+                "re-run the same command to resume it, or choose another --out"
+            )
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, {"spec": spec.to_dict(), "machine": machine_manifest(backend, spec.cc)})
+
+
+def run_sweep(out: Path, spec: SweepSpec, backend: str, log: Callable[[str], None] | None = None) -> dict:
+    say = log or (lambda s: print(s, file=sys.stderr, flush=True))
+    spec.validate()
+    open_sweep(out, spec, backend)
+    points = spec.points()
+    todo = [(n, r) for n, r in points if not (point_dir(out, n, r) / "result.json").exists()]
+    if len(todo) < len(points):
+        say(f"resuming {out}: {len(points) - len(todo)} of {len(points)} points already finished, skipped")
+    t0 = time.monotonic()
+    estimates = {n: spec.estimate(n) for n in spec.flows}
+    spent = estimated_done = 0.0
+    failed: list[str] = []
+    for i, (n, r) in enumerate(todo):
+        remaining = sum(estimates[m] for m, _ in todo[i:])
+        # Scale the model's estimate by how this machine has done so far in this sweep.
+        eta = remaining * (spent / estimated_done if estimated_done else 1.0)
+        done = len(points) - len(todo) + i
+        bar = "#" * round(20 * done / len(points))
+        say(
+            f"[{bar:<20}] point {done + 1}/{len(points)}: N={n} run {r}/{spec.runs} | "
+            f"elapsed {clock(time.monotonic() - t0)} | ETA {clock(eta)}"
+        )
+        d = point_dir(out, n, r)
+        d.mkdir(parents=True, exist_ok=True)
+        t_point = time.monotonic()
+        try:
+            run_search(spec.config(n), backend, spec.options(n), d, log=say)
+            (d / "error.json").unlink(missing_ok=True)
+        except RunError as e:
+            say(f"  point N={n} run {r} failed: {e}")
+            write_json_atomic(d / "error.json", {"flows": n, "run": r, "error": str(e), "date": time.ctime()})
+            failed.append(f"N={n} run {r}: {e}")
+        spent += time.monotonic() - t_point
+        estimated_done += estimates[n]
+    finished = sum((point_dir(out, n, r) / "result.json").exists() for n, r in points)
+    say(f"[{'#' * 20}] {finished}/{len(points)} points finished in {clock(time.monotonic() - t0)}; results in {out}/")
+    return {"points": len(points), "finished": finished, "failed": failed}
