@@ -229,6 +229,8 @@ def search_options(a: argparse.Namespace, flows: int) -> SearchOptions:
 def cmd_search(a: argparse.Namespace) -> int:
     from buffersizing.minbuffer import run_search
 
+    if a.buffer_bytes is not None or a.buffer_packets is not None:
+        raise UsageError("search chooses the buffer itself: drop --buffer-bytes/--buffer-packets")
     cfg = config_from_args(a)
     opts = search_options(a, a.flows)
     require_root()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from conftest import bufsize, ours, run_states
@@ -56,3 +57,30 @@ def test_verify_measures_rtt_and_rate_of_the_paper_dumbbell(no_leftovers):
     assert 0.95 <= s["measured_rate_mbps"] / 62.5 <= 1.02, s
     assert s["delayline_drops"] == 0
     assert res.returncode == (0 if s["ok"] else 1)
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["search", "--flows", "0"], "--flows 0"),
+        (["search", "--flows", "801"], "--flows 801"),
+        (["search", "--target", "1.5"], "--target 1.5"),
+        (["search", "--samples", "0"], "--samples 0"),
+        (["search", "--settle-s", "-1"], "--settle-s -1"),
+        (["search", "--buffer-packets", "10"], "chooses the buffer"),
+        (["sweep", "--out", "/tmp/bsz-never", "--flows", "2,x"], "--flows 2,x"),
+        (["sweep", "--out", "/tmp/bsz-never", "--flows", "2,2"], "listed twice"),
+        (["sweep", "--out", "/tmp/bsz-never", "--flows", "10", "--runs", "0"], "--runs 0"),
+        (["sweep", "--out", "/tmp/bsz-never", "--preset", "huge"], "huge"),
+        (["sweep", "--out", "/tmp/bsz-never"], "--preset"),
+        (["plot", "/nonexistent-dir"], "not a directory"),
+    ],
+)
+def test_search_sweep_plot_bad_input(root, args, needle):
+    before_ns, before_st = ours(), run_states()
+    res = bufsize(*args, timeout=30)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], res.stderr
+    assert ours() == before_ns and run_states() == before_st
+    assert not os.path.exists("/tmp/bsz-never")

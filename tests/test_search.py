@@ -102,3 +102,21 @@ def test_target_missed_even_at_the_top_is_reported_not_looped():
     res = MedianSearch(link, target=0.999, hi_packets=10).run()
     assert not res.converged and "above the search range" in res.note
     assert len(res.probes) == 1
+
+
+@pytest.mark.parametrize("resolution", [0.05, 0.2])
+def test_resolution_stops_early_but_brackets_the_threshold(resolution):
+    link = SimLink(40.0, noise=0.0)
+    exact = MedianSearch(SimLink(40.0, noise=0.0), target=0.99, hi_packets=1000).run()
+    res = MedianSearch(link, target=0.99, hi_packets=1000, resolution=resolution).run()
+    truth = link.threshold(0.99)
+    # Noiseless: the answer passes, so it is at or above the threshold, and within the resolution.
+    assert truth <= res.buffer_packets <= truth + max(1, resolution * res.buffer_packets)
+    assert len(res.probes) < len(exact.probes)
+
+
+def test_assume_hi_passes_skips_the_top_probe():
+    link = SimLink(40.0, noise=0.0)
+    res = MedianSearch(link, target=0.99, hi_packets=898, assume_hi_passes=True).run()
+    assert all(p.buffer_packets != 898 for p in res.probes)
+    assert res.buffer_packets == link.threshold(0.99)

@@ -1,8 +1,16 @@
-"""The dumbbell: H sender hosts -> one switch (Linux bridge) -> one receiver.
+"""The dumbbell: H sender hosts -> one switch/router -> one receiver.
 
-    h1 ─┐                                      (delay line backend)
-    h2 ─┼─ br0 [switch s1] ── s1-eth0 ══ bottleneck ══ d1 (bsz-delayline) ── r1
-    hH ─┘                      (tbf|htb + bfifo)
+    h1 ─┐                                                 (delay line backend)
+    h2 ─┼─ br0 [s1: bridge, then IP forwarding] ── s1-eth0 ══ bottleneck ══ d1 (bsz-delayline) ── r1
+    hH ─┘                                          (tbf|htb + bfifo)
+
+The hosts share a bridge (their side of the switch); s1 forwards at IP level from br0 to the
+bottleneck port, as the router under study does. The IP hop matters: a packet received by IP is
+detached from its sending socket (ip_rcv), so the sender's TCP Small Queues accounting stops at
+the switch. Bridged straight through veths into the bottleneck, each packet stays charged to its
+socket while it waits in the bottleneck queue, and TSQ then keeps every flow to about 1 ms of its
+rate in that queue (measured: 2 cubic flows held 11-13 packets in a 100-packet buffer with no
+loss): the buffer would never fill and the minimum buffer would come out far too small.
 
 Every node is a network namespace named bsz-<run>-<node>; every interface lives inside one, so
 deleting the namespaces removes all interfaces and qdiscs. Namespaces and processes are written
@@ -28,6 +36,10 @@ from topologies.delay import DelayLine, netem_commands
 
 RECEIVER_IP = "10.0.0.1"
 RECEIVER_MAC = "02:bf:00:00:00:01"
+SWITCH_LAN_MAC = "02:bf:00:00:ff:fe"  # br0, the hosts' next hop
+SWITCH_LAN_IP = "10.0.255.254"
+SWITCH_WAN_MAC = "02:bf:00:00:ff:fd"  # s1-eth0, the receiver's next hop
+SWITCH_WAN_IP = "10.0.255.253"
 PREFIX_LEN = 16
 BOTTLENECK_DEV = "s1-eth0"
 # Offloads that would let one "packet" be up to 64 KB, and checksum offload, whose partial
@@ -69,6 +81,13 @@ def tcp_sysctls(cc: str) -> list[str]:
 
 
 NO_IPV6 = ["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"]
+ROUTER = [
+    "net.ipv4.ip_forward=1",
+    "net.ipv4.conf.all.rp_filter=0",
+    "net.ipv4.conf.default.rp_filter=0",
+    "net.ipv4.conf.all.send_redirects=0",
+    "net.ipv4.conf.default.send_redirects=0",
+]
 NO_BRIDGE_NETFILTER = [
     "net.bridge.bridge-nf-call-iptables=0",
     "net.bridge.bridge-nf-call-ip6tables=0",
@@ -159,7 +178,8 @@ class Dumbbell:
         ]
         if self.delay_ns:
             lines.append(
-                f"link add name {BOTTLENECK_DEV} netns {sw} type veth peer name d1-eth0 netns {self.delay_ns}\n"
+                f"link add name {BOTTLENECK_DEV} address {SWITCH_WAN_MAC} netns {sw} type veth"
+                f" peer name d1-eth0 netns {self.delay_ns}\n"
             )
             lines.append(
                 f"link add name d1-eth1 netns {self.delay_ns} type veth"
@@ -167,7 +187,7 @@ class Dumbbell:
             )
         else:
             lines.append(
-                f"link add name {BOTTLENECK_DEV} netns {sw} type veth"
+                f"link add name {BOTTLENECK_DEV} address {SWITCH_WAN_MAC} netns {sw} type veth"
                 f" peer name {self.receiver_dev} address {RECEIVER_MAC} netns {self.receiver_ns}\n"
             )
         return lines
@@ -182,7 +202,7 @@ class Dumbbell:
 
     def _sysctls(self) -> list[tuple[str, list[str]]]:
         tcp = tcp_sysctls(self.cfg.cc) + NO_IPV6
-        out = [(self.switch_ns, NO_IPV6 + NO_BRIDGE_NETFILTER), (self.receiver_ns, tcp)]
+        out = [(self.switch_ns, NO_IPV6 + NO_BRIDGE_NETFILTER + ROUTER), (self.receiver_ns, tcp)]
         if self.delay_ns:
             out.append((self.delay_ns, NO_IPV6))
         out += [(h.ns, tcp) for h in self.hosts]
@@ -195,26 +215,35 @@ class Dumbbell:
             f"link set lo up\nlink set {self.receiver_dev} up\n"
             f"addr add {RECEIVER_IP}/{PREFIX_LEN} dev {self.receiver_dev}\n"
         ]
-        recv += [f"neigh replace {h.ip} lladdr {h.mac} dev {self.receiver_dev} nud permanent\n" for h in self.hosts]
+        recv += [
+            f"neigh replace {h.ip} lladdr {SWITCH_WAN_MAC} dev {self.receiver_dev} nud permanent\n" for h in self.hosts
+        ]
         jobs.append((["ip", "-n", self.receiver_ns, "-batch", "-"], "".join(recv)))
         for h in self.hosts:
             jobs.append(
                 (
                     ["ip", "-n", h.ns, "-batch", "-"],
                     f"link set lo up\nlink set {h.dev} up\naddr add {h.ip}/{PREFIX_LEN} dev {h.dev}\n"
-                    f"neigh replace {RECEIVER_IP} lladdr {RECEIVER_MAC} dev {h.dev} nud permanent\n",
+                    f"neigh replace {RECEIVER_IP} lladdr {SWITCH_LAN_MAC} dev {h.dev} nud permanent\n",
                 )
             )
-        sw = ["link add name br0 type bridge stp_state 0 forward_delay 0 mcast_snooping 0\n"]
+        sw = [f"link add name br0 address {SWITCH_LAN_MAC} type bridge stp_state 0 forward_delay 0 mcast_snooping 0\n"]
         sw += [f"link set s1-eth{h.index} master br0 up\n" for h in self.hosts]
-        sw += [f"link set {BOTTLENECK_DEV} master br0 up\n", "link set br0 up\n"]
+        sw += [
+            f"link set {BOTTLENECK_DEV} up\n",
+            "link set br0 up\n",
+            f"addr add {SWITCH_LAN_IP}/{PREFIX_LEN} dev br0\n",
+            f"addr add {SWITCH_WAN_IP}/32 dev {BOTTLENECK_DEV}\n",
+            f"route add {RECEIVER_IP}/32 dev {BOTTLENECK_DEV}\n",
+            f"neigh replace {RECEIVER_IP} lladdr {RECEIVER_MAC} dev {BOTTLENECK_DEV} nud permanent\n",
+        ]
+        sw += [f"neigh replace {h.ip} lladdr {h.mac} dev br0 nud permanent\n" for h in self.hosts]
         jobs.append((["ip", "-n", self.switch_ns, "-batch", "-"], "".join(sw)))
         if self.delay_ns:
             jobs.append((["ip", "-n", self.delay_ns, "-batch", "-"], "link set d1-eth0 up\nlink set d1-eth1 up\n"))
         self._parallel_input(jobs)
         # Static forwarding entries: the bridge never floods data to all hosts, even after ageing.
         fdb = [f"fdb replace {h.mac} dev s1-eth{h.index} master static\n" for h in self.hosts]
-        fdb.append(f"fdb replace {RECEIVER_MAC} dev {BOTTLENECK_DEV} master static\n")
         run(["bridge", "-n", self.switch_ns, "-batch", "-"], input="".join(fdb), timeout=120)
 
     def _wait_bridge_forwarding(self, timeout: float = 15.0) -> None:
@@ -224,7 +253,7 @@ class Dumbbell:
             out = run(["bridge", "-n", self.switch_ns, "-j", "link", "show"]).stdout
             ports = json.loads(out or "[]")
             waiting = [p["ifname"] for p in ports if p.get("state") != "forwarding"]
-            if len(ports) == self.cfg.hosts + 1 and not waiting:
+            if len(ports) == self.cfg.hosts and not waiting:
                 return
             if time.monotonic() > deadline:
                 raise RunError(f"bridge ports not forwarding after {timeout:.0f} s: {', '.join(waiting[:5])}")

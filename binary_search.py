@@ -1,0 +1,27 @@
+#!/usr/bin/env python3
+"""Find the smallest bottleneck buffer that keeps the link at 99% utilization for N flows.
+
+The same as `bufsize search` (see `--help`), kept at the top level where the 2012 testbed had it:
+
+    sudo ./binary_search.py --flows 50 --hosts 50 --cc cubic --out results/search-n50
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent
+VENV_PYTHON = REPO / ".venv" / "bin" / "python"
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO))
+    try:
+        from buffersizing.cli import main
+    except ImportError:
+        # Run with a python that lacks the dependencies: hand over to the project's virtualenv.
+        if VENV_PYTHON.exists() and Path(sys.prefix).resolve() != VENV_PYTHON.parents[1].resolve():
+            os.execv(str(VENV_PYTHON), [str(VENV_PYTHON), str(Path(__file__).resolve()), *sys.argv[1:]])
+        sys.exit("binary_search.py: dependencies missing; run ./setup.sh first")
+    sys.exit(main(["search", *sys.argv[1:]]))

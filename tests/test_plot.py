@@ -1,0 +1,69 @@
+"""The replication table and figure from a sweep directory (synthetic results, real reference data)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from buffersizing import FRAME_BYTES
+from buffersizing.errors import UsageError
+from buffersizing.plot import HARDWARE_TSV, MININET_2012_TSV, make_report, reference_runs, summary_rows
+
+
+def result(n: int, packets: int, valid: bool = True) -> dict:
+    bdp = 449.2
+    return {
+        "flows": n,
+        "buffer_packets": packets,
+        "buffer_bytes": packets * FRAME_BYTES,
+        "theory_sqrt_n_packets": round(bdp / n**0.5, 1),
+        "bdp_packets": bdp,
+        "rtt_ms_for_theory": 87.0,
+        "nominal_rate_mbps": 62.5,
+        "target": 0.99,
+        "cc": "cubic",
+        "valid": valid,
+        "wall_seconds": 100.0,
+        "delay_backend": "delayline",
+        "config": {"shaper": "htb"},
+    }
+
+
+def test_reference_data_is_in_the_repository():
+    hw, old = reference_runs(HARDWARE_TSV), reference_runs(MININET_2012_TSV)
+    assert len(hw[100]) == 15 and len(old[100]) == 3
+    assert old[800] == [3000.0, 3000.0, 3000.0]  # the 2012 search's false floor of 2 packets
+
+
+def test_summary_rows_medians_spread_and_ratios():
+    rs = [result(10, 20), result(10, 30), result(10, 40, valid=False), result(100, 50)]
+    rows = {r["flows"]: r for r in summary_rows(rs)}
+    r10 = rows[10]
+    assert r10["runs"] == 3 and r10["valid_runs"] == 2
+    assert r10["median_packets"] == 30 and (r10["min_packets"], r10["max_packets"]) == (20, 40)
+    assert r10["cv"] == pytest.approx(statistics.stdev([20, 30, 40]) / 30, abs=1e-3)
+    assert r10["ratio_to_theory"] == pytest.approx(30 / 142.0, abs=0.01)
+    hw10 = statistics.median(reference_runs(HARDWARE_TSV)[10])
+    assert r10["ratio_to_hardware"] == pytest.approx(30 * FRAME_BYTES / hw10, abs=0.01)
+    assert rows[100]["cv"] is None  # one run: no spread to report
+    assert rows[10]["mininet2012_median_bytes"] == 52500
+
+
+def test_report_writes_figure_and_tables(tmp_path):
+    for i, (n, p) in enumerate([(2, 200), (10, 30), (800, 1)]):
+        d = tmp_path / f"n{n:04d}-run1"
+        d.mkdir()
+        (d / "result.json").write_text(json.dumps(result(n, p, valid=i != 1)))
+    paths = make_report(tmp_path)
+    names = sorted(p.name for p in paths)
+    assert names == ["figure.pdf", "figure.png", "table.csv", "table.md"]
+    assert all(p.stat().st_size > (5000 if p.name.startswith("figure") else 100) for p in paths)
+    md = (tmp_path / "table.md").read_text().splitlines()
+    assert len(md) == 2 + 3 and md[-1].startswith("| 800 |")
+
+
+def test_report_of_an_empty_directory_is_refused(tmp_path):
+    with pytest.raises(UsageError, match="no result.json"):
+        make_report(tmp_path)

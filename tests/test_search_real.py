@@ -1,0 +1,109 @@
+"""A real search and a real sweep, end to end: namespaces, tc, kernel TCP, short timings."""
+
+from __future__ import annotations
+
+import json
+import signal
+import statistics
+import subprocess
+import time
+
+import pytest
+from conftest import BUFSIZE, bufsize
+
+from buffersizing import FRAME_BYTES
+
+FAST = ["--rate-mbps", "62.5", "--rtt-ms", "10", "--cc", "reno", "--settle-s", "1", "--sample-s", "0.5"]
+
+
+@pytest.mark.integration
+def test_short_search_result_is_consistent_with_its_probes(no_leftovers, tmp_path):
+    out = tmp_path / "search"
+    res = bufsize(
+        "search", "--flows", "8", "--hosts", "4", *FAST, "--samples", "3", "--resolution", "0.2",
+        "--fidelity-s", "1", "--out", str(out), "--json",
+    )  # fmt: skip
+    assert res.returncode in (0, 3), res.stderr
+    r = json.loads(res.stdout)
+    assert r == json.loads((out / "result.json").read_text())
+    assert res.returncode == (0 if r["valid"] else 3)
+    answer = r["buffer_packets"]
+    assert r["buffer_bytes"] == answer * FRAME_BYTES
+    assert 1 <= answer <= r["calibration_buffer_packets"]
+    # BDP at 62.5 Mb/s and 10 ms: 51.6 frames; theory for 8 flows: BDP / sqrt(8).
+    assert r["bdp_packets"] == pytest.approx(51.6, abs=0.1)
+    assert r["theory_sqrt_n_packets"] == pytest.approx(51.6 / 8**0.5, abs=0.1)
+    assert 0.9 * 62.5 <= r["reference_rate_mbps"] <= 1.02 * 62.5
+    assert r["flows_start"]["established"] == 8 and r["flows_start"]["congestion_controls_seen"] == {"reno": 8}
+
+    probes = r["probes"]
+    for p in probes:
+        assert p["median"] == pytest.approx(statistics.median(p["samples"]))
+        assert p["passed"] == (p["median"] >= r["target"])
+    # The answer passed when last probed; the lower end of the final bracket failed when last probed.
+    last = {p["buffer_packets"]: p for p in probes}
+    assert last[answer]["passed"] if answer in last else answer == r["calibration_buffer_packets"]
+    failing_below = [b for b, p in last.items() if b < answer and not p["passed"]]
+    assert answer == 1 or failing_below, probes
+    if failing_below:
+        lo = max(failing_below)
+        assert answer - lo <= max(1, 0.2 * answer), (lo, answer)
+    assert probes[0]["buffer_packets"] == round(r["theory_sqrt_n_packets"])  # first guess at RTT*C/sqrt(N)
+
+    # Every sample is recorded, with utilization relative to the reference rate.
+    ms = r["measurements"]
+    assert sum(len(m["rates_mbps"]) for m in ms) == sum(len(p["samples"]) for p in probes)
+    for m in ms:
+        for rate, u in zip(m["rates_mbps"], m["utilization"], strict=True):
+            assert u == pytest.approx(rate / r["reference_rate_mbps"], rel=1e-3)
+    rows = (out / "samples.csv").read_text().strip().splitlines()
+    assert len(rows) == 1 + sum(len(m["rates_mbps"]) for m in ms)
+    # Small buffers drop at the bottleneck; the summaries are present and say where.
+    assert r["drops"]["bottleneck_buffer"] > 0
+    assert isinstance(r["flags"]["no_drops_outside_bottleneck"], bool)
+    assert r["fidelity"]["available"] is True and r["fidelity"]["gaps_busy"] > 1000
+
+
+def sweep_args(out, flows: str = "4,8") -> list[str]:
+    return [
+        "sweep", "--flows", flows, "--runs", "1", "--hosts", "4", *FAST, "--samples", "2",
+        "--resolution", "0.3", "--fidelity-s", "0", "--out", str(out),
+    ]  # fmt: skip
+
+
+@pytest.mark.integration
+def test_killed_sweep_resumes_without_redoing_finished_points(no_leftovers, tmp_path):
+    out = tmp_path / "sweep"
+    first = out / "n0004-run1" / "result.json"
+    proc = subprocess.Popen([BUFSIZE, *sweep_args(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not first.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+        assert first.exists(), "the first point never finished"
+        time.sleep(4)  # into the second point: its dumbbell and flows are up
+        assert proc.poll() is None, "the sweep ended before it could be killed"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0
+    assert not (out / "n0008-run1" / "result.json").exists()
+    kept = first.read_bytes()
+
+    again = bufsize(*sweep_args(out), timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "1 of 2 points already finished" in again.stderr
+    assert "N=4 run 1" not in again.stderr.split("already finished", 1)[1]
+    assert first.read_bytes() == kept
+    assert json.loads((out / "n0008-run1" / "result.json").read_text())["flows"] == 8
+    for name in ("manifest.json", "figure.png", "figure.pdf", "table.md", "table.csv"):
+        assert (out / name).exists(), name
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["spec"]["flows"] == [4, 8] and manifest["machine"]["kernel"]
+
+    # The same directory with different settings is refused, not mixed in.
+    other = bufsize(*sweep_args(out, flows="4,16"), timeout=60)
+    assert other.returncode == 2 and "different settings" in other.stderr
