@@ -14,9 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -24,58 +22,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from buffersizing import FRAME_BYTES  # noqa: E402
-from buffersizing.capabilities import tracefs_root, tracepoints  # noqa: E402
 from buffersizing.cli import resolve  # noqa: E402
 from buffersizing.config import DumbbellConfig  # noqa: E402
 from buffersizing.traffic import LongFlows  # noqa: E402
+from monitors.fidelity import Trace, summarize  # noqa: E402
 from topologies.dumbbell import BOTTLENECK_DEV, Dumbbell  # noqa: E402
-
-LINE = re.compile(r"\s(\d+\.\d+): net_dev_xmit: dev=(\S+) skbaddr=\S+ len=(\d+)")
-
-
-class Trace:
-    """A private ftrace instance with only net:net_dev_xmit for one device enabled."""
-
-    def __init__(self, dev: str) -> None:
-        tracepoints()  # mounts tracefs if needed
-        root = tracefs_root()
-        if root is None:
-            raise SystemExit("tracefs is not available")
-        self.dir = Path(root) / "instances" / f"bsz-fidelity-{os.getpid()}"
-        self.dir.mkdir()
-        ev = self.dir / "events" / "net" / "net_dev_xmit"
-        (ev / "filter").write_text(f'name == "{dev}" && len >= {FRAME_BYTES}')
-        (self.dir / "buffer_size_kb").write_text("65536")
-        self.ev = ev
-
-    def record(self, seconds: float) -> list[float]:
-        (self.dir / "trace").write_text("")
-        (self.ev / "enable").write_text("1")
-        time.sleep(seconds)
-        (self.ev / "enable").write_text("0")
-        text = (self.dir / "trace").read_text()
-        return [float(m.group(1)) for m in LINE.finditer(text)]
-
-    def close(self) -> None:
-        (self.ev / "enable").write_text("0")
-        self.dir.rmdir()
-
-
-def summarize(times: list[float], rate_mbps: float) -> dict:
-    ideal_us = FRAME_BYTES * 8 / rate_mbps
-    gaps = [(b - a) * 1e6 for a, b in zip(times, times[1:], strict=False)]
-    # Only gaps inside busy periods: a gap of more than 10 frame times means the queue ran dry.
-    busy = [g for g in gaps if g < 10 * ideal_us]
-    dev = [abs(g - ideal_us) / ideal_us for g in busy]
-    return {
-        "ideal_us": round(ideal_us, 1),
-        "departures": len(times),
-        "gaps_busy": len(busy),
-        "gaps_idle_excluded": len(gaps) - len(busy),
-        "median_gap_us": round(statistics.median(busy), 1),
-        "rate_from_gaps_mbps": round(FRAME_BYTES * 8 / statistics.mean(busy), 2),
-        **{f"frac_gt{p}": round(sum(d > p / 100 for d in dev) / len(dev), 4) for p in (10, 25, 50, 100)},
-    }
 
 
 def measure(shaper: str, burst: int, seconds: float) -> dict:
@@ -118,8 +69,8 @@ def main() -> int:
     res = {"date": time.strftime("%Y-%m-%d"), "kernel": os.uname().release, "rate_mbps": 62.5, "rows": rows}
     out.write_text(json.dumps(res, indent=1) + "\n")
     md = [
-        "| shaper | burst B | median gap us (ideal) | gaps >10% off | >25% | >50% | >100% | rate from gaps |",
-        "|---|---|---|---|---|---|---|---|",
+        "| shaper | burst B | run | median gap us (ideal) | gaps >10% off | >25% | >50% | >100% | rate from gaps |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     md += [
         f"| {r['shaper']} | {r['burst_bytes']} | {r['repeat']} | {r['median_gap_us']} ({r['ideal_us']}) "

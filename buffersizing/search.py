@@ -129,9 +129,10 @@ class MedianSearch:
             if not changed:
                 return SearchResult(hi, hi * FRAME_BYTES, self.target, self.probes)
         # Still moving: adjacent buffers are within the noise of each other. Accept the answer if the
-        # re-checks kept it within 5 % (or a packet); otherwise say the link is too noisy to decide.
+        # re-checks kept it within the resolution (at least 5 %, or 2 packets, the granularity of a
+        # few-packet buffer); otherwise say the link is too noisy to decide.
         spread = max(answers) - min(answers)
-        band = max(1, round(0.05 * max(answers)))
+        band = max(2, math.ceil(max(0.05, self.resolution) * max(answers)))
         note = f"re-checks moved the answer within {min(answers)}..{max(answers)} packets"
         return SearchResult(
             hi,

@@ -120,3 +120,23 @@ def test_assume_hi_passes_skips_the_top_probe():
     res = MedianSearch(link, target=0.99, hi_packets=898, assume_hi_passes=True).run()
     assert all(p.buffer_packets != 898 for p in res.probes)
     assert res.buffer_packets == link.threshold(0.99)
+
+
+def test_a_link_whose_verdicts_keep_flipping_is_reported_too_noisy():
+    calls = {"n": 0}
+
+    def measure(buffer_bytes: int, n: int) -> list[float]:
+        packets = buffer_bytes // FRAME_BYTES
+        calls["n"] += 1
+        if packets < 20:
+            return [0.9] * n
+        if packets >= 80:
+            return [1.0] * n
+        return [1.0 if calls["n"] % 2 else 0.9] * n  # between 20 and 80 packets: a coin toss
+
+    res = MedianSearch(measure, target=0.99, hi_packets=500, rechecks=3).run()
+    assert 20 <= res.buffer_packets <= 80
+    if not res.converged:
+        assert "too noisy" in res.note
+    # Either way the re-checks ran and were recorded.
+    assert sum(p.recheck for p in res.probes) >= 2
