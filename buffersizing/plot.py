@@ -179,10 +179,12 @@ def plot(results: list[dict], out: Path, title: str, ref_dir: Path = REFERENCE_D
         ax.scatter(
             [r["flows"] for r in bad],
             [r["buffer_bytes"] for r in bad],
-            s=30,
+            s=120,
             facecolors="none",
             edgecolors="tab:red",
-            label="this testbed: flagged runs",
+            linewidths=1.5,
+            zorder=5,  # on top of the median marker, which often sits at the same point
+            label="this testbed: flagged runs (ring)",
         )
     ax.plot(
         [r["flows"] for r in rows],
