@@ -42,7 +42,7 @@ def add_topology_args(p: argparse.ArgumentParser) -> None:
         "--shaper",
         choices=SHAPERS,
         default="htb",
-        help="bottleneck shaper (default htb: it paced the most evenly in bench/results/shaper-fidelity.md)",
+        help="bottleneck shaper (default htb; pacing of both: bench/results/shaper-fidelity-routed.md)",
     )
     p.add_argument(
         "--delay-backend",
@@ -360,27 +360,13 @@ def cmd_quick(a: argparse.Namespace) -> int:
     """The main job: check the machine, verify the emulated path, then the quick replication sweep."""
     from buffersizing.capabilities import format_report, probe
     from buffersizing.plot import make_report
-    from buffersizing.presets import preset
-    from buffersizing.sweep import SweepSpec, run_sweep
+    from buffersizing.sweep import run_sweep
     from buffersizing.verify import format_summary
 
     require_root()
     t0 = time.monotonic()
-    pre = preset("quick")
-    spec = SweepSpec(
-        flows=pre["flows"],
-        runs=pre["runs"],
-        max_hosts=pre["max_hosts"],
-        rate_mbps=pre["rate_mbps"],
-        rtt_ms=pre["rtt_ms"],
-        cc=pre["cc"],
-        shaper="htb",
-        burst_bytes=None,
-        delay_backend="auto",
-        access_mbps=1000.0,
-        search={"samples": pre["samples"], "resolution": pre["resolution"]},
-        preset="quick",
-    )
+    # The same spec `bufsize sweep --preset quick` builds, so either command can resume the other's run.
+    spec = sweep_spec(build_parser().parse_args(["sweep", "--preset", "quick", "--out", a.out]))
     out = quick_dir(Path(a.out), spec)
     caps = probe()
     print(format_report(caps))

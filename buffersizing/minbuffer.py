@@ -107,7 +107,6 @@ class LinkProber:
         self.denominator = denominator_mbps
         self.counters = InterfaceCounters(net.switch_ns, BOTTLENECK_DEV)
         self.measurements: list[Measurement] = []
-        self.cpu_shares: list[float] = []
 
     def timing(self, buffer_bytes: float) -> Timing:
         cfg = self.net.cfg
@@ -160,7 +159,6 @@ class LinkProber:
             share.to_dict(),
         )
         self.measurements.append(m)
-        self.cpu_shares.append(share.idle)
         return m.utilization
 
     def close(self) -> None:
@@ -269,7 +267,8 @@ def run_search(
     wall = time.monotonic() - t_wall
 
     answer = res.buffer_packets
-    cpu_idle_min = min(prober.cpu_shares) if prober.cpu_shares else None
+    idles = [m.cpu["idle"] for m in prober.measurements]
+    cpu_idle_min = min(idles) if idles else None
     flags = {
         "converged": res.converged,
         "answer_below_search_top": answer < cal_packets,
