@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
+from buffersizing import FRAME_BYTES
 from buffersizing.config import DELAY_BACKENDS, SHAPERS, DumbbellConfig, buffer_from_args, parse_rtts
 from buffersizing.errors import MachineError, RunError, UsageError
 from buffersizing.minbuffer import SearchOptions
@@ -245,6 +246,110 @@ def cmd_search(a: argparse.Namespace) -> int:
     return 0 if result["valid"] else 3
 
 
+def add_measure_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--duration", type=float, default=60.0, help="seconds measured at each buffer (default 60)")
+    p.add_argument("--settle-s", type=float, help="seconds after a buffer change before measuring (default: >= 20 RTT)")
+    p.add_argument("--sample-s", type=float, default=1.0, help="length of each utilization sample (default 1)")
+    p.add_argument(
+        "--reference-s", type=float, default=10.0, help="seconds at 2 BDP measuring the link's best (0: skip)"
+    )
+    p.add_argument("--fidelity-s", type=float, default=2.0, help="seconds of pacing trace (0: skip)")
+    p.add_argument("--tool", choices=("iperf", "iperf3"), default="iperf")
+
+
+def measure_options(a: argparse.Namespace, flows: int):
+    from buffersizing.fixedbuffer import MeasureOptions
+
+    o = MeasureOptions(flows, a.duration, a.settle_s, a.sample_s, a.reference_s, a.fidelity_s, a.tool)
+    o.validate()
+    return o
+
+
+def check_out(out: Path | None, force: bool) -> None:
+    if out is not None and (out / "result.json").exists() and not force:
+        raise UsageError(f"--out {out} already holds a result.json; choose another directory or add --force")
+
+
+def cmd_measure(a: argparse.Namespace) -> int:
+    from buffersizing.fixedbuffer import run_measure
+
+    if a.buffer_bytes is None and a.buffer_packets is None:
+        raise UsageError("give the buffer under study: --buffer-packets or --buffer-bytes")
+    cfg = config_from_args(a)
+    opts = measure_options(a, a.flows)
+    out = Path(a.out) if a.out else None
+    check_out(out, a.force)
+    require_root()
+    assert cfg.buffer_bytes is not None
+    result = run_measure(cfg, resolve(cfg), [cfg.buffer_bytes], opts, out, log=(lambda s: None) if a.json else None)
+    if a.json:
+        print(json.dumps(result, indent=1))
+    else:
+        q = result["queue"]
+        print(
+            f"utilization {result['utilization']:.2%} of {cfg.rate_mbps:g} Mb/s, loss {result['loss_rate']:.3%}, "
+            f"queue mean {q.get('mean_packets')} p99 {q.get('p99_packets')} max {q.get('max_packets')} packets"
+            + (
+                ""
+                if result["valid"]
+                else "; FLAGGED: " + ", ".join(k for k, v in result["flags"].items() if v is False)
+            )
+        )
+        if out is not None:
+            print(f"result, monitor data and plots written to {out}/")
+    return 0 if result["valid"] else 3
+
+
+def cmd_util_table(a: argparse.Namespace) -> int:
+    from buffersizing.fixedbuffer import run_measure
+    from buffersizing.utiltable import buffer_packets, point_dir, report
+
+    flows = parse_flow_list(a.flows)
+    multiples = parse_float_list("--multiples", a.multiples)
+    out = Path(a.out)
+    for n in flows:
+        if not 1 <= n <= 800:
+            raise UsageError(f"--flows {n}: must be from 1 to 800")
+    opts_by_n = {n: measure_options(a, n) for n in flows}
+    require_root()
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    for i, n in enumerate(flows, 1):
+        d = point_dir(out, n)
+        if (d / "result.json").exists():
+            print(f"[{i}/{len(flows)}] n={n}: done earlier, kept", file=sys.stderr)
+            continue
+        hosts = min(n, a.hosts)
+        cfg = DumbbellConfig(
+            hosts=hosts,
+            rate_mbps=a.rate_mbps,
+            rtt_ms=parse_rtts(a.rtt_ms, hosts),
+            buffer_bytes=None,
+            cc=a.cc,
+            shaper=a.shaper,
+            burst_bytes=a.burst_bytes,
+            delay_backend=a.delay_backend,
+        )
+        cfg.validate()
+        buffers = [buffer_packets(n, m) * FRAME_BYTES for m in multiples]
+        print(f"[{i}/{len(flows)}] n={n} ({time.monotonic() - t0:.0f} s so far)", file=sys.stderr)
+        run_measure(cfg, resolve(cfg), buffers, opts_by_n[n], d)
+    for path in report(out):
+        print(f"wrote {path}")
+    (out / "wall_seconds.txt").write_text(f"{time.monotonic() - t0:.0f}\n")
+    return 0
+
+
+def parse_float_list(name: str, text: str) -> list[float]:
+    try:
+        vals = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError as e:
+        raise UsageError(f"{name} {text}: expected numbers separated by commas, like 0.5,1,2,3") from e
+    if not vals or any(v <= 0 for v in vals):
+        raise UsageError(f"{name} {text}: expected positive numbers")
+    return vals
+
+
 def parse_flow_list(text: str) -> list[int]:
     try:
         return [int(v) for v in text.split(",") if v.strip()]
@@ -318,6 +423,15 @@ def cmd_plot(a: argparse.Namespace) -> int:
     d = Path(a.dir)
     if not d.is_dir():
         raise UsageError(f"{d}: not a directory")
+    if (d / "result.json").exists():  # one run (search or measure): redraw its monitor plots from the CSVs
+        from monitors.plots import plot_run
+
+        paths = plot_run(d, a.title)
+        if not paths:
+            raise UsageError(f"{d}: no monitor data (queue.csv, rate.csv, ...) to plot")
+        for path in paths:
+            print(f"wrote {path}")
+        return 0
     for path in make_report(d, a.title):
         print(f"wrote {path}")
     return 0
@@ -446,10 +560,40 @@ def build_parser() -> Parser:
     w.add_argument("--out", required=True, help="sweep directory; re-running the same command resumes it")
     w.set_defaults(func=cmd_sweep)
 
-    pl = sub.add_parser("plot", help="figure (PNG, PDF) and table (Markdown, CSV) from a sweep directory")
+    pl = sub.add_parser(
+        "plot",
+        help="a sweep directory: figure (PNG, PDF) and table (MD, CSV); one run's directory: its monitor plots",
+    )
     pl.add_argument("dir")
     pl.add_argument("--title")
     pl.set_defaults(func=cmd_plot)
+
+    m = sub.add_parser("measure", help="utilization, loss and queue at one fixed buffer, after the flows settle")
+    add_topology_args(m)
+    m.add_argument("--flows", type=int, default=10, help="long-lived flows, 1 to 800, split evenly over the hosts")
+    add_measure_args(m)
+    m.add_argument("--out", help="directory for result.json, the monitors' CSVs and plots")
+    m.add_argument("--force", action="store_true", help="overwrite an existing result in --out")
+    m.add_argument("--json", action="store_true", help="print the result JSON")
+    m.set_defaults(func=cmd_measure)
+
+    u = sub.add_parser("util-table", help="seed 000 Fig 15: utilization at 0.5-3 x RTT*C/sqrt(n) beside the GSR router")
+    u.add_argument("--out", required=True, help="directory (re-running the same command keeps finished rows)")
+    u.add_argument("--flows", default="100,200,300,400", help="numbers of flows (default 100,200,300,400)")
+    u.add_argument("--multiples", default="0.5,1,2,3", help="buffers as multiples of 1291/sqrt(n) packets")
+    u.add_argument("--rate-mbps", type=float, default=155.0, help="bottleneck rate (default 155, OC3)")
+    u.add_argument("--rtt-ms", default="80..120", help="RTTs spread over the hosts (default 80..120, mean 100)")
+    u.add_argument("--hosts", type=int, default=400, help="most sender hosts (default 400)")
+    u.add_argument("--cc", default="reno", help="congestion control (default reno, as the 2004 experiments)")
+    u.add_argument("--shaper", choices=SHAPERS, default="htb")
+    u.add_argument("--burst-bytes", type=int)
+    u.add_argument("--delay-backend", choices=DELAY_BACKENDS, default="auto")
+    add_measure_args(u)
+    u.set_defaults(func=cmd_util_table)
+
+    from buffersizing import model_cli
+
+    model_cli.add_parser(sub)
 
     c = sub.add_parser("clean", help="remove what a killed run left behind (only the toolkit's own)")
     c.set_defaults(func=cmd_clean)

@@ -30,6 +30,8 @@ from monitors import drops as drop_monitor
 from monitors import fidelity
 from monitors.counters import InterfaceCounters, rate_mbps
 from monitors.cpu import CpuMeter
+from monitors.plots import plot_run, write_fidelity_csv
+from monitors.recorder import Recorder, queue_stats, summary, write_csvs
 from topologies import shaper
 from topologies.dumbbell import BOTTLENECK_DEV, Dumbbell
 
@@ -37,6 +39,7 @@ CALIBRATION_BDPS = 2  # calibration buffer, in bandwidth-delay products
 MIN_REFERENCE = 0.90  # of the nominal rate: below this the emulation cannot carry the configuration
 GOOD_REFERENCE = 0.97  # below this the result is flagged
 MAX_FIDELITY_GT10 = 0.10  # fraction of gaps >10 % off ideal above which pacing is flagged (2012: 6-8 %)
+MIN_QUEUE_HZ = 90  # the queue monitor is meant to run at 100 Hz; below this it fell behind
 RELATIVE_TO = ("reference", "nominal")
 
 
@@ -93,6 +96,7 @@ class Measurement:
     bottleneck_drops: int
     packets_sent: int
     cpu: dict = field(default_factory=dict)
+    queue: dict = field(default_factory=dict)  # backlog while sampling (monitors/recorder.py)
 
     @property
     def loss_rate(self) -> float:
@@ -107,6 +111,7 @@ class LinkProber:
         self.denominator = denominator_mbps
         self.counters = InterfaceCounters(net.switch_ns, BOTTLENECK_DEV)
         self.measurements: list[Measurement] = []
+        self.windows: list[tuple[float, float]] = []  # monotonic start, end of each measurement's samples
 
     def timing(self, buffer_bytes: float) -> Timing:
         cfg = self.net.cfg
@@ -141,7 +146,9 @@ class LinkProber:
         cpu = CpuMeter()
         drops0 = shaper.leaf_drops(self.net.switch_ns, BOTTLENECK_DEV)
         sent0 = self.counters.read().tx_packets
+        t_mono = time.monotonic()
         rates = self.rates(n, timing.sample_s)
+        self.windows.append((t_mono, time.monotonic()))
         sent = self.counters.read().tx_packets - sent0
         drops = shaper.leaf_drops(self.net.switch_ns, BOTTLENECK_DEV) - drops0
         share = cpu.share()
@@ -227,16 +234,17 @@ def run_search(
             assert started is not None
             say(f"  {started.established} flows established in {started.seconds_to_all_established} s")
             prober = LinkProber(net, flows, opts, cfg.rate_mbps)
+            recorder = start_recorder(net, flows, say)
             try:
                 warm = prober.timing(net.buffer_bytes).warmup_s
                 say(f"  warming up {warm:.0f} s at {cal_packets} packets")
                 time.sleep(warm)
                 cal_rates = calibrate(prober, cfg.rate_mbps, max(10, 2 * opts.samples), say)
                 reference = statistics.median(cal_rates)
-                fid = (
+                fid, departures = (
                     fidelity.measure(BOTTLENECK_DEV, cfg.rate_mbps, opts.fidelity_s)
                     if opts.fidelity_s > 0
-                    else {"available": False, "reason": "skipped (--fidelity-s 0)"}
+                    else ({"available": False, "reason": "skipped (--fidelity-s 0)"}, [])
                 )
                 prober.denominator = reference if opts.relative_to == "reference" else cfg.rate_mbps
                 guess = max(1, round(th["theory_sqrt_n_packets"])) if opts.first_guess else None
@@ -244,9 +252,11 @@ def run_search(
                 def progress(p: Probe) -> None:
                     verdict = "pass" if p.passed else "fail"
                     extra = " (re-check)" if p.recheck else ""
+                    q = queue_stats(recorder.rec.queue, *prober.windows[-1]) if recorder else {}
+                    backlog = f", queue mean {q['mean_packets']:.0f} max {q['max_packets']}" if q.get("samples") else ""
                     say(
                         f"  probe {len(search.probes):2d}: {p.buffer_packets:5d} packets -> median {p.median:.2%} "
-                        f"{verdict}{extra} [{len(p.samples)} samples, {time.monotonic() - t_wall:.0f} s]"
+                        f"{verdict}{extra}{backlog} [{len(p.samples)} samples, {time.monotonic() - t_wall:.0f} s]"
                     )
 
                 search = MedianSearch(
@@ -263,10 +273,16 @@ def run_search(
                 ccs = flows.congestion_controls()
             finally:
                 prober.close()
+                recording = recorder.stop() if recorder else None
         drops = drop_monitor.difference(net, drops_start, drop_monitor.snapshot(net))
     wall = time.monotonic() - t_wall
 
     answer = res.buffer_packets
+    monitors = summary(recording) if recording else {"error": "queue monitor could not start"}
+    if recording:
+        for m, window in zip(prober.measurements, prober.windows, strict=True):
+            m.queue = queue_stats(recording.queue, *window)
+    queue_hz = monitors.get("queue", {}).get("rate_hz")
     idles = [m.cpu["idle"] for m in prober.measurements]
     cpu_idle_min = min(idles) if idles else None
     flags = {
@@ -278,6 +294,7 @@ def run_search(
         "no_drops_outside_bottleneck": drops.outside_total == 0,
         "cpu_idle_enough": cpu_idle_min is None or cpu_idle_min >= 0.10,
         "pacing_fidelity_ok": fid["frac_gt10"] <= MAX_FIDELITY_GT10 if fid.get("available") else None,
+        "queue_monitor_kept_up": not monitors.get("error") and queue_hz is not None and queue_hz >= MIN_QUEUE_HZ,
     }
     result = {
         "flows": opts.flows,
@@ -300,6 +317,7 @@ def run_search(
         "flows_start": asdict(started) | {"congestion_controls_seen": ccs},
         "calibration_rates_mbps": [round(r, 3) for r in cal_rates],
         "fidelity": fid,
+        "monitors": monitors,
         "drops": drops.to_dict(),
         "cpu": {
             "min_idle_share": round(cpu_idle_min, 3) if cpu_idle_min is not None else None,
@@ -321,5 +339,25 @@ def run_search(
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         write_samples_csv(out / "samples.csv", prober.measurements)
+        if recording:
+            write_csvs(recording, out)
+        if departures:
+            write_fidelity_csv(departures, cfg.rate_mbps, out / "fidelity.csv")
         write_json_atomic(out / "result.json", result)
+        try:
+            plot_run(out)
+        except Exception as e:  # plots are a convenience; the data and result are already written
+            say(f"  plots not drawn: {type(e).__name__}: {e}")
     return result
+
+
+def start_recorder(net: Dumbbell, flows: LongFlows, say: Callable[[str], None]) -> Recorder | None:
+    """Queue (100 Hz), rate, cwnd and CPU recorder for this run; None (and a message) if it cannot start."""
+    try:
+        ports = range(min(flows.ports), max(flows.ports) + 1) if flows.ports else None
+        return Recorder(
+            net.switch_ns, BOTTLENECK_DEV, shaper.tc_handle(shaper.LEAF), shaper.tc_handle(shaper.CLASS), ports
+        ).start()
+    except (OSError, LookupError) as e:
+        say(f"  queue monitor not started: {e}")
+        return None

@@ -151,4 +151,21 @@ def clean_leftovers() -> list[str]:
             removed += remove_namespace(ns)
     with state_lock():
         removed += sysctl.restore_orphaned_globals()
+    return removed + remove_stale_trace_instances()
+
+
+def remove_stale_trace_instances() -> list[str]:
+    """ftrace instances bsz-<what>-<pid> (monitors/fidelity.py, monitors/cwnd.py) whose process is gone."""
+    from buffersizing.capabilities import tracefs_root
+
+    root = tracefs_root()
+    removed = []
+    for d in sorted(Path(root).glob("instances/bsz-*-*")) if root else []:
+        pid = d.name.rsplit("-", 1)[1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            try:
+                d.rmdir()
+                removed.append(f"trace instance {d.name}")
+            except OSError:
+                continue
     return removed

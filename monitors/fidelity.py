@@ -98,11 +98,25 @@ def summarize(times: list[float], rate_mbps: float) -> dict:
     }
 
 
-def measure(dev: str, rate_mbps: float, seconds: float) -> dict:
-    """Trace `seconds` of departures and summarize them; on failure, a summary saying why."""
+def deviations(times: list[float], rate_mbps: float) -> list[float]:
+    """|gap - ideal| / ideal of every busy-period gap, for the CCDF."""
+    ideal_us = FRAME_BYTES * 8 / rate_mbps
+    return [abs(g - ideal_us) / ideal_us for g in busy_gaps_us(times, rate_mbps)]
+
+
+def reference_2012(path: Path) -> list[dict[str, float]]:
+    """Rows of mininet-hifi-2012-dequeue-fidelity.tsv (flows, frac_gt10, ...) as numbers."""
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    head = lines[0].split("\t")
+    return [dict(zip(head, map(float, ln.split("\t")), strict=True)) for ln in lines[1:]]
+
+
+def measure(dev: str, rate_mbps: float, seconds: float) -> tuple[dict, list[float]]:
+    """Trace `seconds` of departures; the summary (or why there is none) and the departure times."""
+    times: list[float] = []
     try:
         with Trace(dev) as trace:
             times = trace.record(seconds)
-        return {"available": True, "seconds": seconds} | summarize(times, rate_mbps)
+        return {"available": True, "seconds": seconds} | summarize(times, rate_mbps), times
     except (FidelityUnavailable, OSError) as e:
-        return {"available": False, "reason": str(e)}
+        return {"available": False, "reason": str(e)}, times

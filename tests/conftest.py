@@ -23,6 +23,14 @@ def run_states() -> set[str]:
     return {p.name for p in STATE_DIR.glob("run-*.json")}
 
 
+def trace_instances() -> set[str]:
+    """The toolkit's private ftrace instances (fidelity, cwnd monitors)."""
+    from buffersizing.capabilities import tracefs_root
+
+    root = tracefs_root()
+    return {p.name for p in Path(root).glob("instances/bsz-*")} if root else set()
+
+
 @pytest.fixture
 def root() -> None:
     if os.geteuid() != 0:
@@ -32,12 +40,16 @@ def root() -> None:
 @pytest.fixture
 def no_leftovers(root):
     """Fails the test if it leaves toolkit namespaces or run state behind (and removes them)."""
-    before_ns, before_states = ours(), run_states()
+    before_ns, before_states, before_traces = ours(), run_states(), trace_instances()
     yield
     left_ns, left_states = ours() - before_ns, run_states() - before_states
-    if left_ns or left_states:
+    left_traces = trace_instances() - before_traces
+    if left_ns or left_states or left_traces:
         subprocess.run([BUFSIZE, "clean"], capture_output=True)
-        pytest.fail(f"left behind: namespaces {sorted(left_ns)}, state files {sorted(left_states)}")
+        pytest.fail(
+            f"left behind: namespaces {sorted(left_ns)}, state files {sorted(left_states)}, "
+            f"trace instances {sorted(left_traces)}"
+        )
 
 
 def bufsize(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess[str]:

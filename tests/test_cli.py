@@ -74,6 +74,14 @@ def test_verify_measures_rtt_and_rate_of_the_paper_dumbbell(no_leftovers):
         (["sweep", "--out", "/tmp/bsz-never", "--preset", "huge"], "huge"),
         (["sweep", "--out", "/tmp/bsz-never"], "--preset"),
         (["plot", "/nonexistent-dir"], "not a directory"),
+        (["measure", "--flows", "2"], "give the buffer"),
+        (["measure", "--flows", "0", "--buffer-packets", "10"], "--flows 0"),
+        (["measure", "--buffer-packets", "10", "--duration", "-5"], "--duration -5"),
+        (["measure", "--buffer-packets", "10", "--duration", "2", "--sample-s", "5"], "--sample-s 5"),
+        (["util-table", "--out", "/tmp/bsz-never", "--flows", "100,0"], "--flows 0"),
+        (["util-table", "--out", "/tmp/bsz-never", "--multiples", "1,-2"], "--multiples 1,-2"),
+        (["util-table", "--out", "/tmp/bsz-never", "--multiples", "a"], "--multiples a"),
+        (["model", "--flows", "0"], "--flows"),
     ],
 )
 def test_search_sweep_plot_bad_input(root, args, needle):

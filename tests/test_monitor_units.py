@@ -36,3 +36,71 @@ def test_idle_link_is_refused_not_invented():
         summarize([0.0, 1.0, 2.0], 62.5)
     with pytest.raises(FidelityUnavailable):
         summarize([], 62.5)
+
+
+# ---- queue statistics, tcp_probe parsing, netlink decoding, plots ---------------------------------
+
+LINE = (
+    b"   bsz-delayline-4477    [001] ..s2.  8556.007407: tcp_probe: family=AF_INET src=10.0.1.1:48060 "
+    b"dest=10.0.0.1:5001 mark=0x0 data_len=0 snd_nxt=0x175c604d snd_una=0x175c05cd snd_cwnd=16 ssthresh=16 "
+    b"snd_wnd=198656 srtt=22124 rcv_wnd=64512 sock_cookie=335b skbaddr=00000000a191a138 skaddr=000000004801ef33\n"
+)
+
+
+def test_tcp_probe_lines_parse_into_windows():
+    from monitors.cwnd import parse
+
+    other = LINE.replace(b"48060", b"48062").replace(b"snd_cwnd=16", b"snd_cwnd=200").replace(b"8556.007407", b"8556.1")
+    events = parse(LINE + other + b"garbage line\n")
+    assert [(e.flow, e.cwnd, e.ssthresh, e.srtt_us) for e in events] == [
+        ("10.0.1.1:48060", 16, 16, 22124),
+        ("10.0.1.1:48062", 200, 16, 22124),
+    ]
+    assert events[1].t == pytest.approx(8556.1)
+
+
+def test_queue_stats_between_times():
+    from monitors.qdisc_stats import QdiscSample
+    from monitors.recorder import queue_stats
+
+    samples = [
+        QdiscSample(i / 100, 0, 0, q, q * FRAME_BYTES, i // 50, 10 * FRAME_BYTES)
+        for i, q in enumerate([0] * 50 + [8] * 50)
+    ]
+    whole = queue_stats(samples)
+    assert whole["samples"] == 100 and whole["empty_fraction"] == 0.5 and whole["max_packets"] == 8
+    assert whole["mean_packets"] == 4 and whole["drops"] == 1 and whole["max_sample_gap_ms"] == pytest.approx(10)
+    late = queue_stats(samples, 0.5, 0.99)
+    assert late["empty_fraction"] == 0 and late["mean_packets"] == 8 and late["drops"] == 0
+    assert queue_stats(samples, 5, 6) == {"samples": 0}
+
+
+def test_netlink_qdisc_answer_decodes_and_errors_raise():
+    import struct
+
+    from monitors import qdisc_stats as q
+
+    def nla(kind: int, payload: bytes) -> bytes:
+        pad = (4 - len(payload) % 4) % 4
+        return q.NLA.pack(q.NLA.size + len(payload), kind) + payload + b"\0" * pad
+
+    stats = nla(q.TCA_STATS_BASIC, q.BASIC.pack(123456, 99)) + nla(
+        q.TCA_STATS_QUEUE, q.QUEUE.pack(7, 7 * 1514, 3, 0, 0)
+    )
+    attrs = nla(q.TCA_KIND, b"bfifo\0") + nla(q.TCA_OPTIONS, struct.pack("=I", 151400)) + nla(q.TCA_STATS2, stats)
+    body = q.TCMSG.pack(0, 5, 0x100000, 0x10001, 0) + attrs
+    msg = q.NLMSG.pack(q.NLMSG.size + len(body), q.RTM_NEWQDISC, 0, 1, 0) + body
+    s = q.decode(msg, 1.5)
+    assert (s.bytes, s.packets, s.qlen, s.backlog, s.drops, s.limit, s.t) == (123456, 99, 7, 10598, 3, 151400, 1.5)
+    err = q.NLMSG.pack(q.NLMSG.size + 4, q.NLMSG_ERROR, 0, 1, 0) + struct.pack("=i", -2)
+    with pytest.raises(OSError, match="No such file"):
+        q.decode(err, 0)
+
+
+def test_cwnd_histogram_uses_the_buffer_asked_for_when_sampled():
+    from monitors.plots import hist_limit
+
+    rows = [{"limit_bytes": "1514"}] * 30 + [{"limit_bytes": "3028"}] * 50
+    assert hist_limit(rows, 1514) == 1514  # the answer's buffer, sampled enough
+    assert hist_limit(rows, 4542) == 3028  # not sampled: the most sampled one
+    assert hist_limit([{"limit_bytes": "None"}], None) is None

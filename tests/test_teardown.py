@@ -133,3 +133,25 @@ def test_clean_removes_orphaned_namespaces_by_prefix(no_leftovers):
         if sleeper.poll() is None:
             sleeper.kill()
         subprocess.run(["ip", "netns", "delete", name], check=False, capture_output=True)
+
+
+def test_clean_removes_trace_instances_of_dead_processes_only(no_leftovers):
+    from buffersizing.capabilities import tracefs_root
+
+    root = tracefs_root()
+    assert root is not None, "tracefs is needed by the fidelity and cwnd monitors"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = os.path.join(root, "instances", f"bsz-cwnd-{dead.pid}")
+    alive = os.path.join(root, "instances", f"bsz-cwnd-{os.getpid()}")
+    os.mkdir(stale)
+    os.mkdir(alive)
+    try:
+        res = bufsize("clean")
+        assert res.returncode == 0, res.stderr
+        assert f"trace instance bsz-cwnd-{dead.pid}" in res.stdout
+        assert not os.path.exists(stale) and os.path.exists(alive)
+    finally:
+        for d in (stale, alive):
+            if os.path.exists(d):
+                os.rmdir(d)

@@ -19,6 +19,12 @@ CLASS = "1:1"
 LEAF = "10:"
 
 
+def tc_handle(text: str) -> int:
+    """'1:1' -> 0x10001, '10:' -> 0x100000 (tc writes handles in hex)."""
+    major, _, minor = text.partition(":")
+    return int(major, 16) << 16 | (int(minor, 16) if minor else 0)
+
+
 def _rate(mbps: float) -> str:
     return f"{int(round(mbps * 1e6))}bit"
 

@@ -1,0 +1,98 @@
+"""Congestion windows of every flow from the tcp:tcp_probe tracepoint (the tcp_probe module left Linux in 4.16).
+
+The tracepoint fires for every segment an established socket receives, in any namespace. A
+private ftrace instance (instances/bsz-cwnd-PID) keeps other tracing users untouched; its filter
+keeps only segments arriving at senders, i.e. whose remote port is one of the flows' server ports,
+so receivers' data segments are not traced. The instance uses the monotonic clock so windows line
+up with the queue samples. Events are drained from trace_pipe without blocking.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from buffersizing.capabilities import tracefs_root, tracepoints
+
+EVENT = re.compile(
+    rb"\s(\d+\.\d+): tcp_probe: family=\S+ src=(\S+) dest=\S+ .*?snd_cwnd=(\d+) ssthresh=(\d+) snd_wnd=\d+ srtt=(\d+)"
+)
+
+
+class CwndUnavailable(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class CwndEvent:
+    t: float  # CLOCK_MONOTONIC seconds
+    flow: str  # the sender's address:port
+    cwnd: int  # packets
+    ssthresh: int
+    srtt_us: int
+
+
+def parse(chunk: bytes) -> list[CwndEvent]:
+    return [CwndEvent(float(m[1]), m[2].decode(), int(m[3]), int(m[4]), int(m[5])) for m in EVENT.finditer(chunk)]
+
+
+class CwndTrace:
+    """Enable on construction, drain() as often as convenient (every 100 ms is plenty), close() at the end."""
+
+    def __init__(self, server_ports: range, buffer_kb: int = 8192) -> None:
+        if not tracepoints().get("tcp/tcp_probe"):
+            raise CwndUnavailable("the tcp:tcp_probe tracepoint is not available (tracefs not mounted?)")
+        root = tracefs_root()
+        assert root is not None
+        self.dir = Path(root) / "instances" / f"bsz-cwnd-{os.getpid()}"
+        self.dir.mkdir()
+        self.fd = -1
+        try:
+            self.ev = self.dir / "events" / "tcp" / "tcp_probe"
+            (self.ev / "filter").write_text(f"dport >= {server_ports.start} && dport < {server_ports.stop}")
+            (self.dir / "buffer_size_kb").write_text(str(buffer_kb))
+            (self.dir / "trace_clock").write_text("mono")
+            self.fd = os.open(self.dir / "trace_pipe", os.O_RDONLY | os.O_NONBLOCK)
+            (self.ev / "enable").write_text("1")
+        except BaseException:
+            self.close()
+            raise
+        self.tail = b""
+        self.lost = 0
+
+    def drain(self) -> list[CwndEvent]:
+        parts = [self.tail]
+        while True:
+            try:
+                chunk = os.read(self.fd, 1 << 20)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            parts.append(chunk)
+        data = b"".join(parts)
+        cut = data.rfind(b"\n") + 1  # keep a partial last line for the next drain
+        self.tail = data[cut:]
+        return parse(data[:cut])
+
+    def overruns(self) -> int:
+        """Events the kernel dropped because the ring buffer was full (summed over CPUs)."""
+        total = 0
+        for stats in (self.dir / "per_cpu").glob("cpu*/stats"):
+            m = re.search(r"^overrun: (\d+)", stats.read_text(), re.M)
+            total += int(m[1]) if m else 0
+        return total
+
+    def close(self) -> None:
+        if self.dir.exists():
+            try:
+                (self.ev / "enable").write_text("0")
+            except OSError:
+                pass
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        if self.dir.exists():
+            self.dir.rmdir()

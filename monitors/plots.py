@@ -1,0 +1,204 @@
+"""PNG plots of one run directory, drawn from its CSV files (so they can be redrawn from the data alone).
+
+rate.png, queue.png, cwnd.png (a few flows and the sum), cwnd_hist.png (the sum against a normal
+fit, seed 000 Fig 8), cpu.png and fidelity_ccdf.png (beside the 2012 emulator's numbers).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from buffersizing import FRAME_BYTES
+from monitors.fidelity import reference_2012
+
+FIDELITY_2012 = Path(__file__).resolve().parents[1] / "results" / "reference" / "mininet-hifi-2012-dequeue-fidelity.tsv"
+MAX_FLOWS_DRAWN = 8
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def col(rows: list[dict[str, str]], name: str) -> list[float]:
+    return [float(r[name]) if r[name] not in ("", "None") else math.nan for r in rows]
+
+
+def _figure(plt, title: str):
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    return fig, ax
+
+
+def _save(fig, path: Path, out: list[Path]) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    out.append(path)
+
+
+def normal_pdf(x: float, mu: float, sd: float) -> float:
+    return math.exp(-0.5 * ((x - mu) / sd) ** 2) / (sd * math.sqrt(2 * math.pi))
+
+
+def hist_limit(rows: list[dict[str, str]], prefer_bytes: float | None) -> float | None:
+    """The buffer limit whose cwnd-sum samples to histogram: the preferred one if sampled, else the most sampled."""
+    counts = Counter(r["limit_bytes"] for r in rows if r["limit_bytes"] not in ("", "None"))
+    if not counts:
+        return None
+    if prefer_bytes is not None and counts.get(str(int(prefer_bytes)), 0) >= 20:
+        return prefer_bytes
+    return float(counts.most_common(1)[0][0])
+
+
+def plot_run(d: Path, title: str | None = None) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    result = json.loads((d / "result.json").read_text()) if (d / "result.json").exists() else {}
+    nominal = result.get("nominal_rate_mbps") or result.get("config", {}).get("rate_mbps")
+    bdp = result.get("bdp_packets")
+    answer = result.get("buffer_bytes")
+    head = title or f"{d.name}: {result.get('flows', '?')} flows, {result.get('cc', '')}"
+    out: list[Path] = []
+
+    rate = read_csv(d / "rate.csv")
+    if rate:
+        fig, ax = _figure(plt, f"{head}: bottleneck rate (10 Hz, qdisc byte counter)")
+        ax.plot(col(rate, "t_s"), col(rate, "rate_mbps"), lw=0.6, label="measured")
+        if nominal:
+            ax.axhline(nominal, color="k", ls="--", lw=0.8, label=f"C = {nominal:g} Mb/s")
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("Mb/s")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8)
+        _save(fig, d / "rate.png", out)
+        plt.close(fig)
+
+    queue = read_csv(d / "queue.csv")
+    if queue:
+        fig, ax = _figure(plt, f"{head}: bottleneck queue (100 Hz)")
+        t = col(queue, "t_s")
+        ax.plot(t, col(queue, "backlog_packets"), lw=0.5, label="backlog")
+        ax.step(
+            t,
+            [v / FRAME_BYTES for v in col(queue, "limit_bytes")],
+            where="post",
+            color="r",
+            lw=0.8,
+            label="buffer (bfifo limit)",
+        )
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel(f"packets ({FRAME_BYTES} B)")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8)
+        _save(fig, d / "queue.png", out)
+        plt.close(fig)
+
+    sums = read_csv(d / "cwnd_sum.csv")
+    flows = read_csv(d / "cwnd_flows.csv")
+    if sums:
+        fig, (a1, a2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+        per: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for r in flows:
+            per[r["flow"]].append((float(r["t_s"]), float(r["cwnd_packets"])))
+        for name in sorted(per)[:MAX_FLOWS_DRAWN]:
+            a1.plot(*zip(*per[name], strict=True), lw=0.7, label=name)
+        a1.set_title(
+            f"{head}: cwnd of {min(len(per), MAX_FLOWS_DRAWN)} of {len(per)} flows (1 Hz, tcp_probe)", fontsize=10
+        )
+        a1.set_ylabel("cwnd (packets)")
+        a1.grid(True, alpha=0.3)
+        if len(per) <= MAX_FLOWS_DRAWN:
+            a1.legend(fontsize=6)
+        a2.plot(col(sums, "t_s"), col(sums, "cwnd_sum_packets"), lw=0.6, label="sum of cwnd (10 Hz)")
+        if bdp:
+            a2.axhline(bdp, color="k", ls="--", lw=0.8, label=f"BDP {bdp:g}")
+        a2.set_xlabel("time (s)")
+        a2.set_ylabel("packets")
+        a2.grid(True, alpha=0.3)
+        a2.legend(fontsize=8)
+        _save(fig, d / "cwnd.png", out)
+        plt.close(fig)
+
+        limit = hist_limit(sums, answer)
+        sel = [float(r["cwnd_sum_packets"]) for r in sums if limit is not None and r["limit_bytes"] == str(int(limit))]
+        if len(sel) >= 20 and statistics.pstdev(sel) > 0:
+            mu, sd = statistics.fmean(sel), statistics.pstdev(sel)
+            fig, ax = _figure(
+                plt, f"{head}: sum of cwnd at buffer {limit / FRAME_BYTES:.0f} packets, {len(sel)} samples"
+            )
+            ax.hist(sel, bins=min(40, max(10, len(sel) // 20)), density=True, alpha=0.6, label="measured")
+            xs = [mu - 4 * sd + i * sd / 25 for i in range(201)]
+            ax.plot(xs, [normal_pdf(x, mu, sd) for x in xs], "k-", lw=1, label=f"normal fit N({mu:.0f}, {sd:.0f}²)")
+            if bdp:
+                # Below the BDP the link idles; above BDP + buffer the queue overflows (seed 000 Fig 8).
+                ax.axvline(bdp, color="g", ls="--", lw=0.8, label="BDP")
+                ax.axvline(bdp + limit / FRAME_BYTES, color="r", ls="--", lw=0.8, label="BDP + buffer")
+            ax.set_xlabel("sum of congestion windows (packets)")
+            ax.set_ylabel("probability density")
+            ax.legend(fontsize=8)
+            _save(fig, d / "cwnd_hist.png", out)
+            plt.close(fig)
+
+    cpu = read_csv(d / "cpu.csv")
+    if cpu:
+        fig, ax = _figure(plt, f"{head}: CPU per core (1 s)")
+        for core in sorted({r["core"] for r in cpu}, key=int):
+            rows = [r for r in cpu if r["core"] == core]
+            line = ax.plot(col(rows, "t_s"), col(rows, "busy"), lw=0.8, label=f"core {core} busy")[0]
+            ax.plot(
+                col(rows, "t_s"),
+                col(rows, "softirq"),
+                lw=0.8,
+                ls=":",
+                color=line.get_color(),
+                label=f"core {core} softirq",
+            )
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("share of the core")
+        ax.set_ylim(0, 1.05)
+        ax.legend(fontsize=7, ncol=2)
+        _save(fig, d / "cpu.png", out)
+        plt.close(fig)
+
+    fid = [r for r in read_csv(d / "fidelity.csv") if r["busy"] == "1"]
+    if fid:
+        dev = sorted(100 * float(r["deviation"]) for r in fid)
+        n = len(dev)
+        fig, ax = _figure(plt, f"{head}: inter-departure gaps at the bottleneck vs ideal ({n} busy gaps)")
+        ax.step(dev, [1 - i / n for i in range(n)], where="post", label="this run")
+        if FIDELITY_2012.exists():
+            for row in reference_2012(FIDELITY_2012):
+                pts = [(p, row[f"frac_gt{p}"]) for p in (10, 25, 50, 100) if row[f"frac_gt{p}"] > 0]
+                ax.plot(*zip(*pts, strict=True), "o--", ms=4, lw=0.7, label=f"2012, {row['flows']:.0f} flows")
+        ax.set_xscale("symlog", linthresh=1)
+        ax.set_yscale("log")
+        ax.set_ylim(max(1e-4, 0.5 / n), 1.1)
+        ax.set_xlabel("deviation from the ideal gap (%)")
+        ax.set_ylabel("fraction of gaps with larger deviation")
+        ax.legend(fontsize=8)
+        _save(fig, d / "fidelity_ccdf.png", out)
+        plt.close(fig)
+    return out
+
+
+def write_fidelity_csv(times: list[float], rate_mbps: float, path: Path) -> None:
+    from monitors.fidelity import IDLE_GAP_FRAMES
+
+    ideal_us = FRAME_BYTES * 8 / rate_mbps
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["gap_us", "busy", "deviation"])
+        for a, b in zip(times, times[1:], strict=False):
+            g = (b - a) * 1e6
+            w.writerow([round(g, 2), int(g < IDLE_GAP_FRAMES * ideal_us), round(abs(g - ideal_us) / ideal_us, 4)])

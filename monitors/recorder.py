@@ -1,0 +1,221 @@
+"""One thread that records a run: bottleneck queue and rate, every flow's cwnd, per-core CPU.
+
+Cadence (each tick is one netlink request of ~10 us, see qdisc_stats.py; nothing forks):
+- queue (backlog bytes and packets, drops, the buffer limit, bytes sent) at `queue_hz` (100);
+- rate from the bytes-sent counter and the sum of cwnd at a tenth of that (10 Hz);
+- each flow's cwnd, and per-core busy/softirq/idle shares, once a second.
+The thread measures its own CPU time, so every run reports what monitoring cost.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from monitors.cwnd import CwndTrace, CwndUnavailable
+from monitors.qdisc_stats import QdiscReader, QdiscSample
+
+
+@dataclass
+class Recording:
+    queue: list[QdiscSample] = field(default_factory=list)
+    rate: list[tuple[float, float]] = field(default_factory=list)  # (t, Mb/s over the last rate period)
+    cwnd_sum: list[tuple[float, int, int, int | None]] = field(default_factory=list)  # t, flows, sum, limit
+    cwnd_flows: list[tuple[float, str, int, int, float]] = field(default_factory=list)  # t, flow, cwnd, ssth, srtt ms
+    cpu: list[tuple[float, int, float, float, float]] = field(default_factory=list)  # t, core, busy, softirq, idle
+    cwnd_note: str = ""
+    cwnd_overruns: int = 0
+    thread_cpu_s: float = 0.0
+    wall_s: float = 0.0
+    error: str = ""
+
+
+def _core_shares(a: list, b: list) -> list[tuple[float, float, float]]:
+    out = []
+    for x, y in zip(a, b, strict=True):
+        d = {f: getattr(y, f) - getattr(x, f) for f in y._fields}
+        total = sum(d.values()) or 1.0
+        idle = (d["idle"] + d.get("iowait", 0.0)) / total
+        out.append((1 - idle, d.get("softirq", 0.0) / total, idle))
+    return out
+
+
+class Recorder:
+    def __init__(
+        self,
+        ns: str,
+        dev: str,
+        leaf_handle: int,
+        leaf_parent: int,
+        server_ports: range | None,
+        queue_hz: float = 100.0,
+        slow_every: int = 10,
+    ) -> None:
+        self.reader = QdiscReader(ns, dev, leaf_handle, leaf_parent)
+        self.ports = server_ports
+        self.period = 1.0 / queue_hz
+        self.slow_every = slow_every
+        self.rec = Recording()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bsz-recorder", daemon=True)
+
+    def start(self) -> Recorder:
+        self._thread.start()
+        return self
+
+    def stop(self) -> Recording:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        self.reader.close()
+        return self.rec
+
+    def __enter__(self) -> Recorder:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        rec = self.rec
+        cpu0 = time.thread_time()
+        wall0 = time.monotonic()
+        trace = None
+        if self.ports is not None:
+            try:
+                trace = CwndTrace(self.ports)
+            except (CwndUnavailable, OSError) as e:
+                rec.cwnd_note = str(e)
+        else:
+            rec.cwnd_note = "no flow ports given"
+        windows: dict[str, tuple[int, int, float]] = {}
+        cores = psutil.cpu_times(percpu=True)
+        t_cores = time.monotonic()
+        last_rate: QdiscSample | None = None
+        tick = 0
+        next_t = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                s = self.reader.read()
+                rec.queue.append(s)
+                if tick % self.slow_every == 0:
+                    if last_rate is not None and s.t > last_rate.t:
+                        rec.rate.append((s.t, (s.bytes - last_rate.bytes) * 8 / (s.t - last_rate.t) / 1e6))
+                    last_rate = s
+                    if trace is not None:
+                        for e in trace.drain():
+                            windows[e.flow] = (e.cwnd, e.ssthresh, e.srtt_us / 1000)
+                        if windows:
+                            rec.cwnd_sum.append((s.t, len(windows), sum(w[0] for w in windows.values()), s.limit))
+                if s.t - t_cores >= 1.0:
+                    now = psutil.cpu_times(percpu=True)
+                    for core, share in enumerate(_core_shares(cores, now)):
+                        rec.cpu.append((s.t, core, *share))
+                    cores, t_cores = now, s.t
+                    rec.cwnd_flows.extend((s.t, f, *w) for f, w in windows.items())
+                tick += 1
+                next_t += self.period
+                delay = next_t - time.monotonic()
+                if delay < -self.period:  # fell behind (a stall): do not try to catch up in a burst
+                    next_t = time.monotonic()
+                self._stop.wait(max(0.0, delay))
+        except Exception as e:  # the run goes on without its monitor; the summary says why
+            rec.error = f"{type(e).__name__}: {e}"
+        finally:
+            if trace is not None:
+                rec.cwnd_overruns = trace.overruns()
+                trace.close()
+            rec.thread_cpu_s = time.thread_time() - cpu0
+            rec.wall_s = time.monotonic() - wall0
+
+
+def _pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def queue_stats(samples: list[QdiscSample], t0: float = -math.inf, t1: float = math.inf) -> dict:
+    """Backlog statistics (packets of the leaf) between two monotonic times."""
+    sel = [s for s in samples if t0 <= s.t <= t1]
+    if not sel:
+        return {"samples": 0}
+    pk = [s.qlen for s in sel]
+    gaps = [b.t - a.t for a, b in zip(sel, sel[1:], strict=False)]
+    return {
+        "samples": len(sel),
+        "mean_packets": round(statistics.fmean(pk), 2),
+        "median_packets": statistics.median(pk),
+        "p99_packets": _pct(pk, 0.99),
+        "max_packets": max(pk),
+        "empty_fraction": round(sum(q == 0 for q in pk) / len(pk), 4),
+        "max_sample_gap_ms": round(max(gaps) * 1e3, 1) if gaps else None,
+        "drops": sel[-1].drops - sel[0].drops,
+    }
+
+
+def summary(rec: Recording) -> dict:
+    out: dict = {"error": rec.error or None, "wall_s": round(rec.wall_s, 1)}
+    out["monitor_cpu_share_of_one_core"] = round(rec.thread_cpu_s / rec.wall_s, 4) if rec.wall_s else None
+    if rec.queue:
+        span = rec.queue[-1].t - rec.queue[0].t
+        out["queue"] = queue_stats(rec.queue) | {"rate_hz": round((len(rec.queue) - 1) / span, 1) if span else None}
+    if rec.rate:
+        out["rate_mbps_mean"] = round(statistics.fmean(r for _, r in rec.rate), 3)
+    sums = [s for _, _, s, _ in rec.cwnd_sum]
+    out["cwnd"] = {
+        "available": bool(sums),
+        "note": rec.cwnd_note or None,
+        "flows_seen": max((n for _, n, _, _ in rec.cwnd_sum), default=0),
+        "trace_overruns": rec.cwnd_overruns,
+    }
+    if len(sums) > 1:
+        out["cwnd"] |= {"sum_mean": round(statistics.fmean(sums), 1), "sum_sd": round(statistics.stdev(sums), 1)}
+    if rec.cpu:
+        idle_by_second: dict[float, list[float]] = {}
+        for t, _core, _busy, _soft, idle in rec.cpu:
+            idle_by_second.setdefault(t, []).append(idle)
+        machine_idle = [statistics.fmean(v) for v in idle_by_second.values()]
+        out["cpu"] = {
+            "seconds": len(machine_idle),
+            "min_idle_share_per_second": round(min(machine_idle), 3),
+            "mean_softirq_share": round(statistics.fmean(r[3] for r in rec.cpu), 3),
+        }
+    return out
+
+
+def write_csvs(rec: Recording, out: Path) -> list[str]:
+    """Raw data beside the result: queue.csv, rate.csv, cwnd_sum.csv, cwnd_flows.csv, cpu.csv."""
+    t0 = rec.queue[0].t if rec.queue else 0.0
+    tables: dict[str, tuple[list[str], list]] = {
+        "queue.csv": (
+            ["t_s", "backlog_packets", "backlog_bytes", "drops", "limit_bytes", "sent_bytes"],
+            [(round(s.t - t0, 4), s.qlen, s.backlog, s.drops, s.limit, s.bytes) for s in rec.queue],
+        ),
+        "rate.csv": (["t_s", "rate_mbps"], [(round(t - t0, 4), round(r, 3)) for t, r in rec.rate]),
+        "cwnd_sum.csv": (
+            ["t_s", "flows_seen", "cwnd_sum_packets", "limit_bytes"],
+            [(round(t - t0, 3), n, s, lim) for t, n, s, lim in rec.cwnd_sum],
+        ),
+        "cwnd_flows.csv": (
+            ["t_s", "flow", "cwnd_packets", "ssthresh", "srtt_ms"],
+            [(round(t - t0, 3), f, c, ss, round(r, 2)) for t, f, c, ss, r in rec.cwnd_flows],
+        ),
+        "cpu.csv": (
+            ["t_s", "core", "busy", "softirq", "idle"],
+            [(round(t - t0, 3), c, round(b, 3), round(s, 3), round(i, 3)) for t, c, b, s, i in rec.cpu],
+        ),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    for name, (header, rows) in tables.items():
+        with (out / name).open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(header)
+            w.writerows(rows)
+    return list(tables)

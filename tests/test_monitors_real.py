@@ -1,0 +1,80 @@
+"""Monitors on real traffic: the queue they see, where drops happen, cwnd, and an idle link refused."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from buffersizing import FRAME_BYTES
+from buffersizing.config import DumbbellConfig
+from buffersizing.traffic import LongFlows
+from monitors import drops as drop_monitor
+from monitors import fidelity
+from monitors.recorder import Recorder, queue_stats, summary
+from topologies import shaper
+from topologies.dumbbell import BOTTLENECK_DEV, Dumbbell
+
+LEAF, CLASS = shaper.tc_handle(shaper.LEAF), shaper.tc_handle(shaper.CLASS)
+
+
+def recorder_for(net: Dumbbell, ports: range | None) -> Recorder:
+    return Recorder(net.switch_ns, BOTTLENECK_DEV, LEAF, CLASS, ports)
+
+
+@pytest.mark.integration
+def test_queue_standing_with_large_buffer_near_empty_with_tiny_and_drops_only_at_bottleneck(no_leftovers):
+    # 20 Mb/s, 20 ms: a BDP of 33 packets. 100 packets of buffer hold a standing queue for 4 cubic
+    # flows; 3 packets cannot, and the flows overflow them.
+    cfg = DumbbellConfig(hosts=2, rate_mbps=20, rtt_ms=[20.0, 20.0], buffer_bytes=100 * FRAME_BYTES, cc="cubic")
+    with Dumbbell(cfg, "delayline") as net, LongFlows(net, 4) as flows:
+        rec = recorder_for(net, range(min(flows.ports), max(flows.ports) + 1)).start()
+        try:
+            time.sleep(3)
+            large = (time.monotonic(), time.monotonic() + 6)
+            time.sleep(6)
+            net.set_buffer(3 * FRAME_BYTES)
+            time.sleep(2)
+            before = drop_monitor.snapshot(net)
+            tiny = (time.monotonic(), time.monotonic() + 6)
+            time.sleep(6)
+            after = drop_monitor.snapshot(net)
+        finally:
+            recording = rec.stop()
+        flows.check()
+        dropped = drop_monitor.difference(net, before, after)
+
+    big, small = queue_stats(recording.queue, *large), queue_stats(recording.queue, *tiny)
+    assert big["samples"] > 200 and small["samples"] > 200, (big, small)
+    assert big["median_packets"] >= 10 and big["max_packets"] > 50, big
+    assert big["max_packets"] <= 100
+    assert small["max_packets"] <= 3 and small["mean_packets"] < 3, small
+    assert {s.limit for s in recording.queue} == {100 * FRAME_BYTES, 3 * FRAME_BYTES}
+
+    assert dropped.bottleneck > 0 and small["drops"] > 0
+    assert dropped.outside == {}, dropped.outside
+
+    s = summary(recording)
+    assert s["error"] is None and s["queue"]["rate_hz"] > 50, s
+    assert s["cwnd"]["available"] and s["cwnd"]["flows_seen"] == 4, s["cwnd"]
+    sums_large = [v for t, _, v, _ in recording.cwnd_sum if large[0] <= t <= large[1]]
+    sums_tiny = [v for t, _, v, _ in recording.cwnd_sum if tiny[0] <= t <= tiny[1]]
+    # Outstanding packets = pipe + queue: the sum of windows is larger when the queue is.
+    assert min(sums_large) > max(sums_tiny) * 0.8 and sum(sums_large) / len(sums_large) > 33, (sums_large, sums_tiny)
+    assert s["cpu"]["seconds"] >= 10
+
+
+@pytest.mark.integration
+def test_idle_link_fidelity_is_refused_and_queue_reads_empty(no_leftovers):
+    cfg = DumbbellConfig(hosts=1, rate_mbps=20, rtt_ms=[10.0])
+    with Dumbbell(cfg, "delayline") as net:
+        rec = recorder_for(net, range(5001, 5002)).start()
+        try:
+            fid, departures = fidelity.measure(BOTTLENECK_DEV, cfg.rate_mbps, 0.5)
+        finally:
+            recording = rec.stop()
+    assert fid["available"] is False and "not busy" in fid["reason"], fid
+    assert len(departures) < 10
+    s = summary(recording)
+    assert s["queue"]["max_packets"] == 0 and s["queue"]["samples"] > 20
+    assert s["cwnd"]["available"] is False and s["cwnd"]["flows_seen"] == 0
