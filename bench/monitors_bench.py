@@ -101,7 +101,7 @@ def main() -> int:
     out.write_text(json.dumps(res, indent=1) + "\n")
     by_flows = {int(r["flows"]): r for r in ref}
     md = [
-        "| flows | shaper, burst | monitor CPU (one core) | queue Hz | cwnd flows seen | min idle/s "
+        "| flows | shaper, burst | monitor CPU (one core) | queue Hz | flows with an ACK in the 30 s | min idle/s "
         "| gaps >10% off | >25% | >50% | >100% | 2012 >10% | >25% | >50% |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]

@@ -138,14 +138,17 @@ def run_measure(
         if b < FRAME_BYTES:
             raise UsageError(f"buffer {b} bytes: must hold at least one {FRAME_BYTES}-byte frame")
     t_wall = time.monotonic()
-    bdp = cfg.bdp_bytes / FRAME_BYTES
+    bdp = cfg.bdp_bytes / FRAME_BYTES  # at the longest RTT: what the warm-up buffer must cover
+    # Packets in flight with flows sharing C equally over spread RTTs: C x the mean RTT.
+    pipe = cfg.rate_mbps * 1e6 / 8 * statistics.fmean(cfg.rtt_ms) / 1000 / FRAME_BYTES
     warm_buffer = REFERENCE_BDPS * round(bdp) * FRAME_BYTES if opts.reference_s > 0 else buffers_bytes[0]
     cfg = DumbbellConfig(**(cfg.to_dict() | {"buffer_bytes": warm_buffer}))
     rtt = max(cfg.rtt_ms)
     say(
         f"measure: {opts.flows} flows over {cfg.hosts} hosts, {cfg.rate_mbps:g} Mb/s, "
         f"RTT {min(cfg.rtt_ms):g}..{rtt:g} ms, "
-        f"cc {cfg.cc}; BDP {bdp:.0f} packets; buffers {', '.join(f'{b / FRAME_BYTES:.0f}' for b in buffers_bytes)} "
+        f"cc {cfg.cc}; BDP {pipe:.0f} packets (mean RTT); "
+        f"buffers {', '.join(f'{b / FRAME_BYTES:.0f}' for b in buffers_bytes)} "
         f"packets, {opts.duration_s:g} s each"
     )
     points = []
@@ -209,7 +212,8 @@ def run_measure(
         "hosts": cfg.hosts,
         "cc": cfg.cc,
         "nominal_rate_mbps": cfg.rate_mbps,
-        "bdp_packets": round(bdp, 1),
+        "bdp_packets": round(pipe, 1),
+        "bdp_packets_longest_rtt": round(bdp, 1),
         "reference_rate_mbps": round(reference, 3) if reference is not None else None,
         "points": points,
         "valid": all(v is not False for v in flags.values()),
