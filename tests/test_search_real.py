@@ -62,6 +62,14 @@ def test_short_search_result_is_consistent_with_its_probes(no_leftovers, tmp_pat
     assert r["drops"]["bottleneck_buffer"] > 0
     assert isinstance(r["flags"]["no_drops_outside_bottleneck"], bool)
     assert r["fidelity"]["available"] is True and r["fidelity"]["gaps_busy"] > 1000
+    # The recorder ran through the search: each probe's queue stayed within its buffer, 8 flows' windows seen.
+    for m in ms:
+        assert m["queue"]["samples"] > 0 and m["queue"]["max_packets"] <= m["buffer_packets"], m["queue"]
+    assert r["monitors"]["cwnd"]["flows_seen"] == 8 and r["monitors"]["queue"]["rate_hz"] > 50
+    for name in ("queue.csv", "rate.csv", "cwnd_sum.csv", "cwnd_flows.csv", "cpu.csv", "fidelity.csv", "queue.png"):
+        assert (out / name).exists(), name
+    limits = {int(row.split(",")[4]) for row in (out / "queue.csv").read_text().splitlines()[1:]}
+    assert {p["buffer_packets"] * FRAME_BYTES for p in probes} <= limits
 
 
 def sweep_args(out, flows: str = "4,8") -> list[str]:
