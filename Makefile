@@ -3,7 +3,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: helpers test unit lint bench-delayline clean-helpers
+.PHONY: helpers test unit lint vm-test bench-delayline clean-helpers
 
 helpers:
 	$(MAKE) -C topologies/delayline
@@ -15,8 +15,14 @@ lint:
 unit:
 	$(PY) -m pytest -m "not integration" -q
 
+# The host suite, then the VM stage (tests/vm/stage.sh): the netem and OVS tests (marker vm) on
+# Debian's stock kernel in a VM. The stage prints "SKIP: <reason>" and passes where it cannot run.
 test: helpers lint
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -m "not vm" -q -ra
+	tests/vm/stage.sh
+
+vm-test: helpers
+	tests/vm/stage.sh
 
 bench-delayline: helpers
 	$(PY) bench/delayline_bench.py --out bench/results/delayline.json

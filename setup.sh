@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One entry point for a new user on Debian or Ubuntu, as root:
 #   ./setup.sh quick   set everything up, then run the main job (results under results/)
-#   ./setup.sh test    set everything up, then run the test suite
+#   ./setup.sh test    set everything up, then run the test suite (the host's, then the VM stage:
+#                      tests/vm/stage.sh boots a stock kernel for the netem/OVS tests, ~2 min)
 #   ./setup.sh         set everything up only
 # Every step checks before it acts, so re-running is cheap and safe.
 set -euo pipefail

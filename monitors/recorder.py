@@ -95,7 +95,7 @@ class Recorder:
                 rec.cwnd_note = str(e)
         else:
             rec.cwnd_note = "no flow ports given"
-        windows: dict[str, tuple[int, int, float]] = {}
+        windows: dict[bytes, tuple[bytes, bytes, bytes]] = {}  # flow -> latest (cwnd, ssthresh, srtt_us), raw
         cores = psutil.cpu_times(percpu=True)
         t_cores = time.monotonic()
         last_rate: QdiscSample | None = None
@@ -110,16 +110,19 @@ class Recorder:
                         rec.rate.append((s.t, (s.bytes - last_rate.bytes) * 8 / (s.t - last_rate.t) / 1e6))
                     last_rate = s
                     if trace is not None:
-                        for e in trace.drain():
-                            windows[e.flow] = (e.cwnd, e.ssthresh, e.srtt_us / 1000)
+                        for _t, flow, cwnd, ssthresh, srtt in trace.drain():
+                            windows[flow] = (cwnd, ssthresh, srtt)
                         if windows:
-                            rec.cwnd_sum.append((s.t, len(windows), sum(w[0] for w in windows.values()), s.limit))
+                            total = sum(int(w[0]) for w in windows.values())
+                            rec.cwnd_sum.append((s.t, len(windows), total, s.limit))
                 if s.t - t_cores >= 1.0:
                     now = psutil.cpu_times(percpu=True)
                     for core, share in enumerate(_core_shares(cores, now)):
                         rec.cpu.append((s.t, core, *share))
                     cores, t_cores = now, s.t
-                    rec.cwnd_flows.extend((s.t, f, *w) for f, w in windows.items())
+                    rec.cwnd_flows.extend(
+                        (s.t, f.decode(), int(c), int(ss), int(r) / 1000) for f, (c, ss, r) in windows.items()
+                    )
                 tick += 1
                 next_t += self.period
                 delay = next_t - time.monotonic()

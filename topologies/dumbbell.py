@@ -25,6 +25,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 from buffersizing import FRAME_BYTES, netns, sysctl
 from buffersizing.config import DumbbellConfig
@@ -93,6 +94,12 @@ NO_BRIDGE_NETFILTER = [
     "net.bridge.bridge-nf-call-ip6tables=0",
     "net.bridge.bridge-nf-call-arptables=0",
 ]
+
+
+def no_bridge_netfilter() -> list[str]:
+    """NO_BRIDGE_NETFILTER where br_netfilter is loaded. Stock kernels build it as a module that is
+    usually not loaded: then bridged frames never reach netfilter and these keys do not exist."""
+    return NO_BRIDGE_NETFILTER if Path("/proc/sys/net/bridge").is_dir() else []
 
 
 class Dumbbell:
@@ -202,7 +209,7 @@ class Dumbbell:
 
     def _sysctls(self) -> list[tuple[str, list[str]]]:
         tcp = tcp_sysctls(self.cfg.cc) + NO_IPV6
-        out = [(self.switch_ns, NO_IPV6 + NO_BRIDGE_NETFILTER + ROUTER), (self.receiver_ns, tcp)]
+        out = [(self.switch_ns, NO_IPV6 + no_bridge_netfilter() + ROUTER), (self.receiver_ns, tcp)]
         if self.delay_ns:
             out.append((self.delay_ns, NO_IPV6))
         out += [(h.ns, tcp) for h in self.hosts]

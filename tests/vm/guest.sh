@@ -1,0 +1,18 @@
+#!/bin/bash
+# Runs inside the guest that tests/vm/stage.sh boots (never on the host): Debian's stock kernel,
+# the host's root filesystem shared read-only over 9p (/etc, /var, /tmp are guest-only overlays).
+#   guest.sh REPO OVS ACCEL [extra pytest args]
+# Prints "guest: up" first (the stage's boot timeout ends there) and "guest: pytest exit N" last
+# (the stage takes the result from that line, not only from the VM's exit status).
+set -u
+repo=$1 ovs=$2 accel=$3
+shift 3
+echo "guest: up: kernel $(uname -r), $(nproc) CPUs, accel $accel"
+cd "$repo" || exit 1
+# BSZ_VM_GUEST=1 lets tests/test_netem_vm.py run (and makes a missing netem a failure, not a skip).
+# The repo is read-only here: no bytecode, no .pytest_cache.
+export BSZ_VM_GUEST=1 BSZ_VM_OVS="$ovs" BSZ_VM_ACCEL="$accel" PYTHONDONTWRITEBYTECODE=1
+.venv/bin/python -m pytest -m vm -q -ra -p no:cacheprovider tests/test_netem_vm.py "$@"
+rc=$?
+echo "guest: pytest exit $rc"
+exit $rc
