@@ -104,3 +104,14 @@ def test_cwnd_histogram_uses_the_buffer_asked_for_when_sampled():
     assert hist_limit(rows, 1514) == 1514  # the answer's buffer, sampled enough
     assert hist_limit(rows, 4542) == 3028  # not sampled: the most sampled one
     assert hist_limit([{"limit_bytes": "None"}], None) is None
+
+
+def test_netlink_link_answer_decodes_stats64():
+    from monitors import counters as c
+
+    stats = c.STATS64.pack(10, 20, 1000, 30280, 0, 0, 3, 4)
+    attr = c.NLA.pack(c.NLA.size + 4, 3) + b"eth\0" + c.NLA.pack(c.NLA.size + len(stats), c.IFLA_STATS64) + stats
+    body = c.IFINFOMSG.pack(0, 1, 7, 0, 0) + attr
+    msg = c.NLMSG.pack(c.NLMSG.size + len(body), c.RTM_NEWLINK, 0, 1, 0) + body
+    s = c.decode_link(msg, 2.0)
+    assert (s.tx_bytes, s.tx_packets, s.tx_dropped, s.rx_bytes, s.rx_dropped, s.t) == (30280, 20, 4, 1000, 3, 2.0)
