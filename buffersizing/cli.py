@@ -608,6 +608,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGHUP, _on_signal)
+    # A shell starts background jobs with SIGINT ignored, and Python then leaves it ignored: Ctrl-C
+    # (or kill -INT) must still stop a run and tear it down, wherever it was started from.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return args.func(args)
     except (UsageError, MachineError, RunError) as e:
