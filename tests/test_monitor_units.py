@@ -78,21 +78,22 @@ def test_queue_stats_between_times():
 def test_netlink_qdisc_answer_decodes_and_errors_raise():
     import struct
 
+    from monitors import netlink as nl
     from monitors import qdisc_stats as q
 
     def nla(kind: int, payload: bytes) -> bytes:
         pad = (4 - len(payload) % 4) % 4
-        return q.NLA.pack(q.NLA.size + len(payload), kind) + payload + b"\0" * pad
+        return nl.NLA.pack(nl.NLA.size + len(payload), kind) + payload + b"\0" * pad
 
     stats = nla(q.TCA_STATS_BASIC, q.BASIC.pack(123456, 99)) + nla(
         q.TCA_STATS_QUEUE, q.QUEUE.pack(7, 7 * 1514, 3, 0, 0)
     )
     attrs = nla(q.TCA_KIND, b"bfifo\0") + nla(q.TCA_OPTIONS, struct.pack("=I", 151400)) + nla(q.TCA_STATS2, stats)
     body = q.TCMSG.pack(0, 5, 0x100000, 0x10001, 0) + attrs
-    msg = q.NLMSG.pack(q.NLMSG.size + len(body), q.RTM_NEWQDISC, 0, 1, 0) + body
+    msg = nl.NLMSG.pack(nl.NLMSG.size + len(body), q.RTM_NEWQDISC, 0, 1, 0) + body
     s = q.decode(msg, 1.5)
     assert (s.bytes, s.packets, s.qlen, s.backlog, s.drops, s.limit, s.t) == (123456, 99, 7, 10598, 3, 151400, 1.5)
-    err = q.NLMSG.pack(q.NLMSG.size + 4, q.NLMSG_ERROR, 0, 1, 0) + struct.pack("=i", -2)
+    err = nl.NLMSG.pack(nl.NLMSG.size + 4, nl.NLMSG_ERROR, 0, 1, 0) + struct.pack("=i", -2)
     with pytest.raises(OSError, match="No such file"):
         q.decode(err, 0)
 
@@ -108,10 +109,11 @@ def test_cwnd_histogram_uses_the_buffer_asked_for_when_sampled():
 
 def test_netlink_link_answer_decodes_stats64():
     from monitors import counters as c
+    from monitors import netlink as nl
 
     stats = c.STATS64.pack(10, 20, 1000, 30280, 0, 0, 3, 4)
-    attr = c.NLA.pack(c.NLA.size + 4, 3) + b"eth\0" + c.NLA.pack(c.NLA.size + len(stats), c.IFLA_STATS64) + stats
+    attr = nl.NLA.pack(nl.NLA.size + 4, 3) + b"eth\0" + nl.NLA.pack(nl.NLA.size + len(stats), c.IFLA_STATS64) + stats
     body = c.IFINFOMSG.pack(0, 1, 7, 0, 0) + attr
-    msg = c.NLMSG.pack(c.NLMSG.size + len(body), c.RTM_NEWLINK, 0, 1, 0) + body
+    msg = nl.NLMSG.pack(nl.NLMSG.size + len(body), c.RTM_NEWLINK, 0, 1, 0) + body
     s = c.decode_link(msg, 2.0)
     assert (s.tx_bytes, s.tx_packets, s.tx_dropped, s.rx_bytes, s.rx_dropped, s.t) == (30280, 20, 4, 1000, 3, 2.0)
