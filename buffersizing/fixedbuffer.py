@@ -19,8 +19,8 @@ from pathlib import Path
 from buffersizing import FRAME_BYTES
 from buffersizing.config import DumbbellConfig, check_number
 from buffersizing.dynamics import auto_timing
-from buffersizing.errors import UsageError
-from buffersizing.minbuffer import write_json_atomic
+from buffersizing.errors import RunError, UsageError
+from buffersizing.minbuffer import start_recorder, write_json_atomic
 from buffersizing.traffic import LongFlows, split_flows
 from monitors import drops as drop_monitor
 from monitors import fidelity
@@ -160,10 +160,10 @@ def run_measure(
             assert started is not None
             say(f"  {started.established} flows established in {started.seconds_to_all_established} s")
             counters = InterfaceCounters(net.switch_ns, BOTTLENECK_DEV)
-            ports = range(min(flows.ports), max(flows.ports) + 1)
-            rec = Recorder(
-                net.switch_ns, BOTTLENECK_DEV, shaper.tc_handle(shaper.LEAF), shaper.tc_handle(shaper.CLASS), ports
-            ).start()
+            rec = start_recorder(net, flows, say)
+            if rec is None:  # utilization alone would do, but this command promises queue statistics
+                counters.close()
+                raise RunError("the queue monitor could not start (see the message above)")
             try:
                 warm = max(MIN_WARMUP_S, auto_timing(cfg.cc, opts.flows, cfg.rate_mbps, rtt, warm_buffer).warmup_s)
                 say(f"  warming up {warm:.0f} s at {warm_buffer // FRAME_BYTES} packets")
