@@ -20,12 +20,12 @@ from buffersizing import FRAME_BYTES
 from buffersizing.config import DumbbellConfig, check_number
 from buffersizing.dynamics import auto_timing
 from buffersizing.errors import RunError, UsageError
-from buffersizing.minbuffer import start_recorder, write_json_atomic
+from buffersizing.minbuffer import GOOD_REFERENCE, MAX_FIDELITY_GT10, MIN_QUEUE_HZ, start_recorder, write_json_atomic
 from buffersizing.traffic import LongFlows, split_flows
 from monitors import drops as drop_monitor
 from monitors import fidelity
 from monitors.counters import InterfaceCounters, rate_mbps
-from monitors.cpu import CpuMeter
+from monitors.cpu import MIN_IDLE, CpuMeter
 from monitors.plots import plot_run, write_fidelity_csv
 from monitors.recorder import Recorder, queue_stats, summary, write_csvs
 from topologies import shaper
@@ -35,7 +35,6 @@ REFERENCE_BDPS = 2
 # Many flows starting together overshoot in slow start and sit out timeouts with backoff; give them time.
 MIN_WARMUP_S = 15.0
 MIN_SETTLE_S = 5.0
-MAX_FIDELITY_GT10 = 0.10
 
 
 @dataclass
@@ -197,14 +196,15 @@ def run_measure(
         drops = drop_monitor.difference(net, drops_start, drop_monitor.snapshot(net))
     monitors = summary(recording)
     idle = min(p["cpu"]["idle"] for p in points)
+    queue_hz = monitors.get("queue", {}).get("rate_hz") or 0
     flags = {
         "flows_held_until_all_up": started.held_until_all_up,
         "congestion_control_as_asked": set(ccs) == {cfg.cc},
         "no_drops_outside_bottleneck": drops.outside_total == 0,
-        "cpu_idle_enough": idle >= 0.10,
-        "reference_near_nominal": reference >= 0.97 * cfg.rate_mbps if reference is not None else None,
+        "cpu_idle_enough": idle >= MIN_IDLE,
+        "reference_near_nominal": reference >= GOOD_REFERENCE * cfg.rate_mbps if reference is not None else None,
         "pacing_fidelity_ok": fid["frac_gt10"] <= MAX_FIDELITY_GT10 if fid.get("available") else None,
-        "queue_monitor_kept_up": not monitors.get("error") and (monitors.get("queue", {}).get("rate_hz") or 0) >= 90,
+        "queue_monitor_kept_up": not monitors.get("error") and queue_hz >= MIN_QUEUE_HZ,
     }
     result = {
         "kind": "measure",

@@ -29,7 +29,7 @@ from buffersizing.traffic import LongFlows, split_flows
 from monitors import drops as drop_monitor
 from monitors import fidelity
 from monitors.counters import InterfaceCounters, rate_mbps
-from monitors.cpu import CpuMeter
+from monitors.cpu import MIN_IDLE, CpuMeter
 from monitors.plots import plot_run, write_fidelity_csv
 from monitors.recorder import Recorder, queue_stats, summary, write_csvs
 from topologies import shaper
@@ -292,7 +292,7 @@ def run_search(
         "flows_held_until_all_up": started.held_until_all_up,
         "congestion_control_as_asked": set(ccs) == {cfg.cc},
         "no_drops_outside_bottleneck": drops.outside_total == 0,
-        "cpu_idle_enough": cpu_idle_min is None or cpu_idle_min >= 0.10,
+        "cpu_idle_enough": cpu_idle_min is None or cpu_idle_min >= MIN_IDLE,
         "pacing_fidelity_ok": fid["frac_gt10"] <= MAX_FIDELITY_GT10 if fid.get("available") else None,
         "queue_monitor_kept_up": not monitors.get("error") and queue_hz is not None and queue_hz >= MIN_QUEUE_HZ,
     }
