@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from buffersizing import netns  # noqa: E402
+from topologies import netns  # noqa: E402
 from topologies.wire import Wire  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")

@@ -22,14 +22,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from buffersizing import FRAME_BYTES  # noqa: E402
-from buffersizing.cli import resolve  # noqa: E402
-from buffersizing.config import DumbbellConfig  # noqa: E402
 from buffersizing.traffic import LongFlows  # noqa: E402
 from monitors import fidelity  # noqa: E402
 from monitors.recorder import Recorder, summary  # noqa: E402
-from topologies import shaper as tc  # noqa: E402
-from topologies.dumbbell import BOTTLENECK_DEV, Dumbbell  # noqa: E402
+from topologies import FRAME_BYTES  # noqa: E402
+from topologies.config import DumbbellConfig  # noqa: E402
+from topologies.dumbbell import Dumbbell  # noqa: E402
+from topologies.machine import delay_backend  # noqa: E402
 
 REF_2012 = Path(__file__).resolve().parents[1] / "results" / "reference" / "mininet-hifi-2012-dequeue-fidelity.tsv"
 
@@ -39,14 +38,14 @@ def point(flows: int, shaper: str, burst: int, seconds: float, settle: float) ->
     cfg = DumbbellConfig(hosts=hosts, rtt_ms=[87.0] * hosts, shaper=shaper, burst_bytes=burst, cc="cubic")
     cfg = DumbbellConfig(**(cfg.to_dict() | {"buffer_bytes": 2 * (cfg.bdp_bytes // FRAME_BYTES) * FRAME_BYTES}))
     t0 = time.monotonic()
-    with Dumbbell(cfg, resolve(cfg)) as net, LongFlows(net, flows) as fl:
+    with Dumbbell(cfg, delay_backend(cfg.delay_backend)) as net, LongFlows(net, flows) as fl:
         built = time.monotonic() - t0
         time.sleep(settle)
         ports = range(min(fl.ports), max(fl.ports) + 1)
-        rec = Recorder(net.switch_ns, BOTTLENECK_DEV, tc.tc_handle(tc.LEAF), tc.tc_handle(tc.CLASS), ports).start()
+        rec = Recorder(net.bottleneck, ports, net.state).start()
         try:
             time.sleep(seconds / 2 - 2.5)
-            fid, _ = fidelity.measure(BOTTLENECK_DEV, cfg.rate_mbps, 5.0)
+            fid, _ = fidelity.measure(net.bottleneck.dev, cfg.rate_mbps, 5.0, net.state)
             time.sleep(seconds / 2 - 2.5)
         finally:
             recording = rec.stop()

@@ -21,24 +21,24 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from buffersizing import FRAME_BYTES  # noqa: E402
-from buffersizing.cli import resolve  # noqa: E402
-from buffersizing.config import DumbbellConfig  # noqa: E402
 from buffersizing.traffic import LongFlows  # noqa: E402
-from monitors.fidelity import Trace, summarize  # noqa: E402
-from topologies.dumbbell import BOTTLENECK_DEV, Dumbbell  # noqa: E402
+from monitors import fidelity  # noqa: E402
+from topologies import FRAME_BYTES  # noqa: E402
+from topologies.config import DumbbellConfig  # noqa: E402
+from topologies.dumbbell import Dumbbell  # noqa: E402
+from topologies.machine import delay_backend  # noqa: E402
 
 
 def measure(shaper: str, burst: int, seconds: float) -> dict:
     cfg = DumbbellConfig(hosts=2, rtt_ms=[87.0, 87.0], shaper=shaper, burst_bytes=burst)
-    with Dumbbell(cfg, resolve(cfg)) as net, LongFlows(net, 2):
+    with Dumbbell(cfg, delay_backend(cfg.delay_backend)) as net, LongFlows(net, 2):
         time.sleep(8)  # past slow start, queue standing
-        trace = Trace(BOTTLENECK_DEV)
-        try:
-            times = trace.record(seconds)
-        finally:
-            trace.close()
-    return {"shaper": shaper, "burst_bytes": burst} | summarize(times, cfg.rate_mbps)
+        fid, _ = fidelity.measure(net.bottleneck.dev, cfg.rate_mbps, seconds, net.state)
+    if not fid["available"]:
+        raise RuntimeError(f"no fidelity summary: {fid['reason']}")
+    return {"shaper": shaper, "burst_bytes": burst} | {
+        k: v for k, v in fid.items() if k not in ("available", "seconds")
+    }
 
 
 def main() -> int:

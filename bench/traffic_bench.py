@@ -20,11 +20,11 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from buffersizing.cli import resolve  # noqa: E402
-from buffersizing.config import DumbbellConfig, parse_rtts  # noqa: E402
 from buffersizing.traffic import LongFlows  # noqa: E402
-from monitors.counters import InterfaceCounters, rate_mbps  # noqa: E402
-from topologies.dumbbell import BOTTLENECK_DEV, Dumbbell  # noqa: E402
+from topologies.config import DumbbellConfig, parse_rtts  # noqa: E402
+from topologies.counters import rate_mbps  # noqa: E402
+from topologies.dumbbell import Dumbbell  # noqa: E402
+from topologies.machine import delay_backend  # noqa: E402
 
 
 def rss_mb(pids: list[int]) -> float:
@@ -41,13 +41,13 @@ def one(flows: int, hosts: int, seconds: float) -> dict:
     cfg = DumbbellConfig(hosts=hosts, rtt_ms=parse_rtts("87", hosts))
     mem0 = psutil.virtual_memory().used
     t0 = time.monotonic()
-    with Dumbbell(cfg, resolve(cfg)) as net:
+    with Dumbbell(cfg, delay_backend(cfg.delay_backend)) as net:
         built = time.monotonic() - t0
         t1 = time.monotonic()
         with LongFlows(net, flows) as lf:
             sending = time.monotonic() - t1
             info = lf.start_info
-            counters = InterfaceCounters(net.switch_ns, BOTTLENECK_DEV)
+            counters = net.bottleneck.counters()
             psutil.cpu_times_percent(None)
             a = counters.read()
             time.sleep(seconds)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from buffersizing import FRAME_BYTES
+from topologies import FRAME_BYTES
 
 CUBIC_C = 0.4  # cubic's scaling constant (packets / s^3), as in the kernel
 CUBIC_BETA = 0.7  # window after a loss, as a fraction of the window before it

@@ -1,5 +1,6 @@
 """What a result depends on besides its config: kernel, delay backend, congestion control, offloads,
-tool versions and the project's commit. Written beside every sweep so a figure explains itself."""
+tool versions and the project's commit. Written into every result and beside every sweep, so a number
+explains itself."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import platform
 import time
 from pathlib import Path
 
-from buffersizing.capabilities import kernel_has_module, tool_version
-from buffersizing.config import available_congestion_controls
-from buffersizing.proc import run
+from topologies.description import OFFLOADS_OFF
+from topologies.machine import available_congestion_controls, kernel_has_module, tool_version
+from topologies.proc import run
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,9 +24,7 @@ def project_commit() -> str:
     return res.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
 
 
-def machine_manifest(backend: str, cc: str) -> dict:
-    from topologies.dumbbell import OFFLOADS_OFF
-
+def machine_manifest(backend: str, cc: str, shaper: str | None = None) -> dict:
     return {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
         "kernel": os.uname().release,
@@ -34,6 +33,7 @@ def machine_manifest(backend: str, cc: str) -> dict:
         "python": platform.python_version(),
         "delay_backend": backend,
         "congestion_control": cc,
+        "shaper": shaper,
         "congestion_controls_available": available_congestion_controls(),
         "bic_module": kernel_has_module("tcp_bic"),
         "offloads_off_on_every_interface": OFFLOADS_OFF[::2],

@@ -10,8 +10,8 @@ import argparse
 import json
 import math
 
-from buffersizing.errors import UsageError
 from buffersizing.model import PACKET_BYTES, format_report, predict
+from topologies.errors import UsageError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:

@@ -8,8 +8,8 @@ the sqrt(N) model assumes.
 
 from __future__ import annotations
 
-from buffersizing.capabilities import kernel_has_module
-from buffersizing.config import available_congestion_controls
+from topologies.config import available_congestion_controls
+from topologies.machine import kernel_has_module
 
 PAPER_RATE_MBPS = 62.5
 PAPER_RTT_MS = "87"

@@ -1,144 +1,296 @@
-"""Median-filtered binary search for the smallest buffer that keeps the link at the target utilization.
+"""The smallest bottleneck buffer that keeps the link at the target utilization, on a real emulated link.
 
-The search runs over whole packets (1 to `hi_packets`) in log space, because answers span from one
-packet to a bandwidth-delay product. Each probe asks `measure(buffer_bytes, n)` for n utilization
-samples and decides on their median, so one outlier sample cannot flip a decision. A probe whose
-median lies within `margin` of the target is extended with more samples before deciding. When the
-bracket closes, its two ends are probed again; if either disagrees with its first verdict the search
-resumes from the corrected bracket. The lower end starts at 0 packets (a link with no buffer is
-taken to fail), so 1 packet is a possible answer: the 2012 search's false floor of 2 cannot occur.
+One experiment: build the dumbbell with a calibration buffer of two bandwidth-delay products, start
+N long-lived flows, measure the reference rate (median of many samples; the link cannot do better
+than this), then run MedianSearch (buffersizing/search.py) with probes that change the bfifo limit in
+place, wait a settle time scaled to the congestion-control dynamics, and sample utilization from
+the bottleneck's interface counters. Everything is recorded: every sample of every probe, drops
+everywhere on the path, CPU, and the link's pacing fidelity.
 """
 
 from __future__ import annotations
 
+import csv
 import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
-from buffersizing import FRAME_BYTES
+from buffersizing.dynamics import Timing, auto_timing
+from buffersizing.experiment import Experiment, Say
+from buffersizing.median_search import MedianSearch, Probe
+from buffersizing.traffic import LongFlows, split_flows
+from monitors.cpu import CpuMonitor
+from monitors.rate import sample_rates
+from monitors.recorder import queue_stats
+from topologies import FRAME_BYTES
+from topologies.config import DumbbellConfig
+from topologies.counters import InterfaceCounters
+from topologies.dumbbell import Dumbbell
+from topologies.errors import RunError, UsageError
+from topologies.units import check_number
 
-Measure = Callable[[int, int], list[float]]
+CALIBRATION_BDPS = 2  # calibration buffer, in bandwidth-delay products
+MIN_REFERENCE = 0.90  # of the nominal rate: below this the emulation cannot carry the configuration
+RELATIVE_TO = ("reference", "nominal")
 
 
 @dataclass
-class Probe:
-    buffer_packets: int
-    samples: list[float]
-    median: float
-    passed: bool
-    extended: bool
-    recheck: bool
-    t: float
+class SearchOptions:
+    flows: int
+    target: float = 0.99
+    relative_to: str = "reference"
+    samples: int = 5
+    settle_s: float | None = None  # None: scaled to the dynamics at each probe's buffer
+    sample_s: float | None = None
+    max_sample_s: float = 30.0
+    resolution: float = 0.05
+    first_guess: bool = True
+    tool: str = "iperf"
+    fidelity_s: float = 2.0  # 0 skips the fidelity trace
 
-
-@dataclass
-class SearchResult:
-    buffer_packets: int
-    buffer_bytes: int
-    target: float
-    probes: list[Probe] = field(default_factory=list)
-    converged: bool = True
-    note: str = ""
+    def validate(self) -> None:
+        split_flows(self.flows, 1)
+        check_number("--target", self.target, 0.5, 1.0)
+        if self.relative_to not in RELATIVE_TO:
+            raise UsageError(f"--relative-to {self.relative_to}: must be one of {', '.join(RELATIVE_TO)}")
+        if not 1 <= self.samples <= 100:
+            raise UsageError(f"--samples {self.samples}: must be from 1 to 100")
+        for name, v in (("--settle-s", self.settle_s), ("--sample-s", self.sample_s)):
+            if v is not None:
+                check_number(name, v, 0, 600)
+        check_number("--resolution", self.resolution, 0, 0.5, lo_inclusive=True)
+        check_number("--fidelity-s", self.fidelity_s, 0, 60, lo_inclusive=True)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
+def theory(cfg: DumbbellConfig, flows: int) -> dict:
+    bdp = cfg.bdp_bytes / FRAME_BYTES
+    return {
+        "bdp_packets": round(bdp, 1),
+        "theory_sqrt_n_packets": round(bdp / math.sqrt(flows), 1),
+        "rtt_ms_for_theory": max(cfg.rtt_ms),
+    }
+
+
 @dataclass
-class MedianSearch:
-    measure: Measure
-    target: float
-    hi_packets: int
-    samples: int = 5
-    margin: float = 0.003  # a median this close to the target gets more samples
-    extra_samples: int = 10
-    rechecks: int = 2
-    first_guess_packets: int | None = None  # e.g. RTT*C/sqrt(N), probed first if given
-    # The calibration buffer defines the reference rate, so when hi is that buffer it passes by definition.
-    assume_hi_passes: bool = False
-    # Stop when hi - lo <= max(1, resolution * hi): buffers closer than that are within the
-    # run-to-run noise of a real link, and each probe costs tens of seconds.
-    resolution: float = 0.0
-    progress: Callable[[Probe], None] | None = None
-    probes: list[Probe] = field(default_factory=list)
+class Measurement:
+    """One call of the search's measure(): settle (if the buffer changed), then samples."""
 
-    def probe(self, packets: int, recheck: bool = False) -> bool:
-        values = list(self.measure(packets * FRAME_BYTES, self.samples))
-        if not values:
-            raise ValueError(f"no utilization samples at {packets} packets")
-        med = statistics.median(values)
-        extended = False
-        if abs(med - self.target) < self.margin and self.extra_samples > 0:
-            values += list(self.measure(packets * FRAME_BYTES, self.extra_samples))
-            med = statistics.median(values)
-            extended = True
-        p = Probe(packets, values, med, med >= self.target, extended, recheck, time.time())
-        self.probes.append(p)
-        if self.progress:
-            self.progress(p)
-        return p.passed
+    buffer_packets: int
+    t_start: float
+    settle_s: float
+    sample_s: float
+    rates_mbps: list[float]
+    utilization: list[float]
+    bottleneck_drops: int
+    packets_sent: int
+    cpu: dict = field(default_factory=dict)
+    queue: dict = field(default_factory=dict)  # backlog while sampling (monitors/recorder.py)
 
-    def _bisect(self, lo: int, hi: int) -> tuple[int, int]:
-        """lo fails (or is 0), hi passes; narrow to adjacent packets."""
-        while hi - lo > max(1, math.floor(self.resolution * hi)):
-            mid = max(lo + 1, min(hi - 1, round(math.sqrt(lo * hi)) if lo > 0 else (lo + hi) // 2))
-            if self.probe(mid):
-                hi = mid
-            else:
-                lo = mid
-        return lo, hi
+    @property
+    def loss_rate(self) -> float:
+        return self.bottleneck_drops / max(1, self.packets_sent + self.bottleneck_drops)
 
-    def run(self) -> SearchResult:
-        if self.hi_packets < 1:
-            raise ValueError("hi_packets must be at least 1")
-        hi = self.hi_packets
-        if not self.assume_hi_passes and not self.probe(hi):
-            return SearchResult(
-                hi,
-                hi * FRAME_BYTES,
-                self.target,
-                self.probes,
-                converged=False,
-                note=f"even {hi} packets missed the target; the answer is above the search range",
-            )
-        lo = 0
-        guess = self.first_guess_packets
-        if guess is not None and 0 < guess < hi:
-            if self.probe(guess):
-                hi = guess
-            else:
-                lo = guess
-        lo, hi = self._bisect(lo, hi)
-        answers = [hi]
-        for _ in range(self.rechecks):
-            changed = False
-            # The answer must pass again ...
-            if not self.probe(hi, recheck=True):
-                passes_above = sorted(p.buffer_packets for p in self.probes if p.passed and p.buffer_packets > hi)
-                new_hi = passes_above[0] if passes_above else self.hi_packets
-                lo, hi = self._bisect(hi, new_hi)
-                changed = True
-            # ... and the lower end of the bracket must fail again.
-            elif lo >= 1 and self.probe(lo, recheck=True):
-                fails_below = sorted(p.buffer_packets for p in self.probes if not p.passed and p.buffer_packets < lo)
-                lo, hi = self._bisect(fails_below[-1] if fails_below else 0, lo)
-                changed = True
-            answers.append(hi)
-            if not changed:
-                return SearchResult(hi, hi * FRAME_BYTES, self.target, self.probes)
-        # Still moving: adjacent buffers are within the noise of each other. Accept the answer if the
-        # re-checks kept it within the resolution (at least 5 %, or 2 packets, the granularity of a
-        # few-packet buffer); otherwise say the link is too noisy to decide.
-        spread = max(answers) - min(answers)
-        band = max(2, math.ceil(max(0.05, self.resolution) * max(answers)))
-        note = f"re-checks moved the answer within {min(answers)}..{max(answers)} packets"
-        return SearchResult(
-            hi,
-            hi * FRAME_BYTES,
-            self.target,
-            self.probes,
-            converged=spread <= band,
-            note=note + ("" if spread <= band else ": the link is too noisy at this target"),
+
+class LinkProber:
+    """measure(buffer_bytes, n) for MedianSearch, on a running dumbbell with its flows."""
+
+    def __init__(self, net: Dumbbell, flows: LongFlows, opts: SearchOptions, denominator_mbps: float) -> None:
+        self.net, self.flows, self.opts = net, flows, opts
+        self.denominator = denominator_mbps
+        self.counters: InterfaceCounters = net.bottleneck.counters()
+        self.measurements: list[Measurement] = []
+        self.windows: list[tuple[float, float]] = []  # monotonic start, end of each measurement's samples
+
+    def timing(self, buffer_bytes: float) -> Timing:
+        cfg = self.net.cfg
+        auto = auto_timing(
+            cfg.cc, self.opts.flows, cfg.rate_mbps, max(cfg.rtt_ms), buffer_bytes, max_sample_s=self.opts.max_sample_s
         )
+        return Timing(
+            self.opts.settle_s if self.opts.settle_s is not None else auto.settle_s,
+            self.opts.sample_s if self.opts.sample_s is not None else auto.sample_s,
+            auto.warmup_s,
+        )
+
+    def rates(self, n: int, sample_s: float) -> list[float]:
+        """n back-to-back samples of the bottleneck's transmit rate, in Mb/s."""
+        return sample_rates(self.counters, n, sample_s).rates_mbps
+
+    def measure(self, buffer_bytes: int, n: int) -> list[float]:
+        timing = self.timing(buffer_bytes)
+        settle = 0.0
+        if buffer_bytes != self.net.buffer_bytes:
+            self.net.set_buffer(buffer_bytes)
+            settle = timing.settle_s
+            time.sleep(settle)
+        t0 = time.time()
+        cpu = CpuMonitor().start()
+        drops0 = self.net.bottleneck.leaf_drops()
+        sent0 = self.counters.read().tx_packets
+        t_mono = time.monotonic()
+        rates = self.rates(n, timing.sample_s)
+        self.windows.append((t_mono, time.monotonic()))
+        sent = self.counters.read().tx_packets - sent0
+        drops = self.net.bottleneck.leaf_drops() - drops0
+        share = cpu.stop()
+        self.net.check_alive()
+        self.flows.check()
+        m = Measurement(
+            buffer_bytes // FRAME_BYTES,
+            round(t0, 3),
+            round(settle, 2),
+            round(timing.sample_s, 2),
+            [round(r, 4) for r in rates],
+            [round(r / self.denominator, 5) for r in rates],
+            drops,
+            sent,
+            share.to_dict(),
+        )
+        self.measurements.append(m)
+        return m.utilization
+
+    def close(self) -> None:
+        self.counters.close()
+
+
+def calibrate(prober: LinkProber, nominal_mbps: float, samples: int, log: Callable[[str], None]) -> list[float]:
+    """Median of many samples at the calibration buffer; retried, then refused, if far below nominal."""
+    rtt_s = max(prober.net.cfg.rtt_ms) / 1000
+    sample_s = max(1.0, 10 * rtt_s)  # the queue never empties at 2 BDP: short samples are exact
+    tried: list[float] = []
+    for attempt in range(3):
+        rates = prober.rates(samples, sample_s)
+        ref = statistics.median(rates)
+        tried.append(round(ref, 3))
+        log(f"  reference rate {ref:.2f} Mb/s ({ref / nominal_mbps:.1%} of {nominal_mbps:g}) from {samples} samples")
+        if ref >= MIN_REFERENCE * nominal_mbps:
+            return rates
+        if attempt < 2:
+            time.sleep(prober.timing(prober.net.buffer_bytes).warmup_s)
+    raise RunError(
+        f"the link never carried {MIN_REFERENCE:.0%} of its {nominal_mbps:g} Mb/s with a {CALIBRATION_BDPS}-BDP buffer "
+        f"(medians {', '.join(map(str, tried))} Mb/s): the machine cannot emulate this configuration faithfully; "
+        "try a lower --rate-mbps, fewer flows, or check `bufsize doctor` and the CPU load"
+    )
+
+
+def write_samples_csv(path: Path, measurements: list[Measurement]) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["measurement", "buffer_packets", "t_start", "settle_s", "sample", "sample_s", "rate_mbps", "util"])
+        for i, m in enumerate(measurements):
+            for j, (r, u) in enumerate(zip(m.rates_mbps, m.utilization, strict=True)):
+                w.writerow([i, m.buffer_packets, m.t_start, m.settle_s, j, m.sample_s, r, u])
+
+
+def run_search(
+    cfg: DumbbellConfig,
+    backend: str,
+    opts: SearchOptions,
+    out: Path | None = None,
+    log: Say | None = None,
+) -> dict:
+    """Run one search end to end and return (and, with `out`, write) its result."""
+    opts.validate()
+    th = theory(cfg, opts.flows)
+    cal_packets = math.ceil(CALIBRATION_BDPS * cfg.bdp_bytes / FRAME_BYTES)
+    cfg = replace(cfg, buffer_bytes=cal_packets * FRAME_BYTES)
+    ex = Experiment(cfg, backend, "search", out, log)
+    say = ex.say
+    say(
+        f"search: {opts.flows} flows over {cfg.hosts} hosts, {cfg.rate_mbps:g} Mb/s, RTT {max(cfg.rtt_ms):g} ms, "
+        f"cc {cfg.cc}, target {opts.target:.1%} of the {opts.relative_to} rate; BDP {th['bdp_packets']:.0f} packets, "
+        f"RTT*C/sqrt(N) {th['theory_sqrt_n_packets']:.1f}"
+    )
+    with ex:
+        assert ex.net is not None
+        flows = ex.start_flows(opts.flows, opts.tool)
+        prober = LinkProber(ex.net, flows, opts, cfg.rate_mbps)
+        cal_rates: list[float] = []
+        search: MedianSearch | None = None
+        ex.partial = lambda: {
+            "calibration_rates_mbps": [round(r, 3) for r in cal_rates],
+            "probes": [asdict(p) for p in search.probes] if search else [],
+            "measurements": [asdict(m) for m in prober.measurements],
+        }
+        try:
+            ex.warm_up(prober.timing(ex.net.buffer_bytes).warmup_s, f"at {cal_packets} packets")
+            cal_rates = calibrate(prober, cfg.rate_mbps, max(10, 2 * opts.samples), say)
+            reference = statistics.median(cal_rates)
+            ex.trace_fidelity(opts.fidelity_s)
+            prober.denominator = reference if opts.relative_to == "reference" else cfg.rate_mbps
+            guess = max(1, round(th["theory_sqrt_n_packets"])) if opts.first_guess else None
+
+            def progress(p: Probe) -> None:
+                verdict = "pass" if p.passed else "fail"
+                extra = " (re-check)" if p.recheck else ""
+                q = queue_stats(ex.recorder.rec.queue, *prober.windows[-1]) if ex.recorder else {}
+                backlog = f", queue mean {q['mean_packets']:.0f} max {q['max_packets']}" if q.get("samples") else ""
+                say(
+                    f"  probe {len(search.probes) if search else 0:2d}: {p.buffer_packets:5d} packets -> median "
+                    f"{p.median:.2%} {verdict}{extra}{backlog} [{len(p.samples)} samples, "
+                    f"{time.monotonic() - ex.t_wall:.0f} s]"
+                )
+
+            search = MedianSearch(
+                prober.measure,
+                target=opts.target,
+                hi_packets=cal_packets,
+                samples=opts.samples,
+                first_guess_packets=guess,
+                assume_hi_passes=opts.relative_to == "reference",
+                resolution=opts.resolution,
+                progress=progress,
+            )
+            res = search.run()
+        finally:
+            prober.close()
+
+    answer = res.buffer_packets
+    if ex.recording:
+        for m, window in zip(prober.measurements, prober.windows, strict=True):
+            m.queue = queue_stats(ex.recording.queue, *window)
+    idles = [m.cpu["idle"] for m in prober.measurements]
+    cpu_idle_min = min(idles) if idles else None
+    own_flags = {"converged": res.converged, "answer_below_search_top": answer < cal_packets}
+    fields = {
+        "buffer_packets": answer,
+        "buffer_bytes": answer * FRAME_BYTES,
+        "target": opts.target,
+        "relative_to": opts.relative_to,
+        **th,
+        "ratio_to_theory": round(answer / th["theory_sqrt_n_packets"], 3),
+        "calibration_buffer_packets": cal_packets,
+        "note": res.note,
+        "calibration_rates_mbps": [round(r, 3) for r in cal_rates],
+        "cpu": {
+            "min_idle_share": round(cpu_idle_min, 3) if cpu_idle_min is not None else None,
+            "per_measurement": [m.cpu for m in prober.measurements],
+        },
+        "loss_rate_at_answer": next(
+            (round(m.loss_rate, 6) for m in reversed(prober.measurements) if m.buffer_packets == answer), None
+        ),
+        "probes": [asdict(p) for p in res.probes],
+        "measurements": [asdict(m) | {"loss_rate": round(m.loss_rate, 6)} for m in prober.measurements],
+    }
+    result = ex.finish(
+        fields,
+        own_flags,
+        reference_mbps=reference,
+        cpu_idle_min=cpu_idle_min,
+        options=opts.to_dict(),
+        write_extra=lambda d: write_samples_csv(d / "samples.csv", prober.measurements),
+    )
+    flags = result["flags"]
+    say(
+        f"  answer: {answer} packets ({answer * FRAME_BYTES} bytes), {result['ratio_to_theory']}x RTT*C/sqrt(N); "
+        f"{'valid' if result['valid'] else 'FLAGGED: ' + ', '.join(k for k, v in flags.items() if v is False)}; "
+        f"{result['wall_seconds']:.0f} s"
+    )
+    return result

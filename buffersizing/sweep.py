@@ -18,12 +18,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from buffersizing.config import DumbbellConfig, parse_rtts
 from buffersizing.dynamics import estimate_search_seconds
-from buffersizing.errors import RunError, UsageError
 from buffersizing.manifest import machine_manifest
-from buffersizing.minbuffer import SearchOptions, run_search, write_json_atomic
+from buffersizing.presets import preset
+from buffersizing.resultdir import check_out_dir, read_finished, write_json_atomic
+from buffersizing.search import SearchOptions, run_search
 from buffersizing.traffic import MAX_FLOWS
+from topologies.config import DumbbellConfig, parse_rtts
+from topologies.errors import UsageError
 
 
 @dataclass
@@ -85,6 +87,48 @@ class SweepSpec:
         return asdict(self)
 
 
+SEARCH_DEFAULTS = {
+    "target": 0.99,
+    "relative_to": "reference",
+    "samples": 5,
+    "settle_s": None,
+    "sample_s": None,
+    "resolution": 0.05,
+    "first_guess": True,
+    "tool": "iperf",
+    "fidelity_s": 2.0,
+}
+LINK_DEFAULTS = {"shaper": "htb", "burst_bytes": None, "delay_backend": "auto", "access_mbps": 1000.0}
+
+
+def make_spec(preset_name: str | None, flows: list[int] | None, overrides: dict, search: dict) -> SweepSpec:
+    """A sweep from a preset (or none), the command line's overrides (None: not given) and search options."""
+    pre = preset(preset_name) if preset_name else {}
+
+    def pick(key: str, default: object) -> object:
+        given = overrides.get(key)
+        return given if given is not None else pre.get(key, default)
+
+    flows = flows if flows is not None else pre.get("flows")
+    if flows is None:
+        raise UsageError("give --flows (for example 2,10,50,200,800) or a --preset")
+    search_opts = SEARCH_DEFAULTS | {k: v for k, v in search.items() if v is not None}
+    search_opts |= {k: pick(k, SEARCH_DEFAULTS[k]) for k in ("samples", "resolution")}
+    spec = SweepSpec(
+        flows=flows,
+        runs=pick("runs", 1),
+        max_hosts=pick("max_hosts", 400),
+        rate_mbps=pick("rate_mbps", 62.5),
+        rtt_ms=pick("rtt_ms", "87"),
+        cc=pick("cc", "reno"),
+        **{k: overrides.get(k, v) for k, v in LINK_DEFAULTS.items()},
+        search=search_opts,
+        preset=preset_name,
+    )
+    spec.validate()
+    return spec
+
+
 def point_dir(out: Path, flows: int, run: int) -> Path:
     return out / f"n{flows:04d}-run{run}"
 
@@ -94,8 +138,15 @@ def clock(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
+def finished(out: Path, flows: int, run: int) -> bool:
+    """A point is finished when its result.json parses and is the search it should be (not a truncated file)."""
+    r = read_finished(point_dir(out, flows, run) / "result.json")
+    return r is not None and r.get("flows") == flows and "buffer_packets" in r
+
+
 def open_sweep(out: Path, spec: SweepSpec, backend: str) -> None:
     """Create the sweep directory, or check that an existing one was made by the same command."""
+    check_out_dir(out)
     path = out / "manifest.json"
     if path.exists():
         try:
@@ -109,8 +160,7 @@ def open_sweep(out: Path, spec: SweepSpec, backend: str) -> None:
                 "re-run the same command to resume it, or choose another --out"
             )
         return
-    out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, {"spec": spec.to_dict(), "machine": machine_manifest(backend, spec.cc)})
+    write_json_atomic(path, {"spec": spec.to_dict(), "machine": machine_manifest(backend, spec.cc, spec.shaper)})
 
 
 def run_sweep(out: Path, spec: SweepSpec, backend: str, log: Callable[[str], None] | None = None) -> dict:
@@ -118,7 +168,7 @@ def run_sweep(out: Path, spec: SweepSpec, backend: str, log: Callable[[str], Non
     spec.validate()
     open_sweep(out, spec, backend)
     points = spec.points()
-    todo = [(n, r) for n, r in points if not (point_dir(out, n, r) / "result.json").exists()]
+    todo = [(n, r) for n, r in points if not finished(out, n, r)]
     if len(todo) < len(points):
         say(f"resuming {out}: {len(points) - len(todo)} of {len(points)} points already finished, skipped")
     t0 = time.monotonic()
@@ -140,13 +190,15 @@ def run_sweep(out: Path, spec: SweepSpec, backend: str, log: Callable[[str], Non
         t_point = time.monotonic()
         try:
             run_search(spec.config(n), backend, spec.options(n), d, log=say)
-            (d / "error.json").unlink(missing_ok=True)
-        except RunError as e:
-            say(f"  point N={n} run {r} failed: {e}")
-            write_json_atomic(d / "error.json", {"flows": n, "run": r, "error": str(e), "date": time.ctime()})
+        except Exception as e:  # any failure of one point (the search saved its data and error.json): go on
+            say(f"  point N={n} run {r} failed: {type(e).__name__}: {e}")
             failed.append(f"N={n} run {r}: {e}")
+            if not (d / "error.json").exists():  # it failed before its experiment began
+                write_json_atomic(d / "error.json", {"flows": n, "run": r, "error": str(e), "type": type(e).__name__})
         spent += time.monotonic() - t_point
         estimated_done += estimates[n]
-    finished = sum((point_dir(out, n, r) / "result.json").exists() for n, r in points)
-    say(f"[{'#' * 20}] {finished}/{len(points)} points finished in {clock(time.monotonic() - t0)}; results in {out}/")
-    return {"points": len(points), "finished": finished, "failed": failed}
+    done_points = sum(finished(out, n, r) for n, r in points)
+    say(
+        f"[{'#' * 20}] {done_points}/{len(points)} points finished in {clock(time.monotonic() - t0)}; results in {out}/"
+    )
+    return {"points": len(points), "finished": done_points, "failed": failed}

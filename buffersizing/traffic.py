@@ -17,15 +17,13 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
-from buffersizing import netns
-from buffersizing.capabilities import iperf2_version
-from buffersizing.config import available_congestion_controls
-from buffersizing.errors import MachineError, RunError, UsageError
-from buffersizing.proc import run
+from topologies import netns
 from topologies.dumbbell import Dumbbell
+from topologies.errors import MachineError, RunError, UsageError
+from topologies.machine import available_congestion_controls, iperf2_version
+from topologies.proc import run
 
 MAX_FLOWS = 800
-BASE_PORT = 5001
 IPERF3_MAX_STREAMS = 128
 # Long enough for any search; the flows are stopped explicitly when the experiment ends.
 FOREVER_S = 24 * 3600
@@ -111,8 +109,9 @@ class LongFlows:
 
     def _start_iperf2(self) -> float:
         net = self.net
-        self.ports = [BASE_PORT]
-        self.servers.append(net.spawn(net.receiver_ns, self._server_argv(BASE_PORT), "iperf server", **QUIET))
+        port = net.state.ports().start
+        self.ports = [port]
+        self.servers.append(net.spawn(net.receiver_ns, self._server_argv(port), "iperf server", **QUIET))
         self._wait_listening(self.ports)
         # All clients write their first byte at this wall-clock time, which should fall after every
         # connection is up: a few RTTs plus process start-up per flow (800 flows: about 10 s).
@@ -126,7 +125,7 @@ class LongFlows:
                 "-c",
                 net.receiver_ip,
                 "-p",
-                str(BASE_PORT),
+                str(port),
                 "-P",
                 str(k),
                 "-t",
@@ -146,7 +145,7 @@ class LongFlows:
     def _start_iperf3(self) -> None:
         net = self.net
         jobs = []
-        port = BASE_PORT
+        port = net.state.ports().start
         for h, k in zip(net.hosts, self.per_host, strict=True):
             while k > 0:
                 streams = min(k, IPERF3_MAX_STREAMS)

@@ -13,11 +13,19 @@ from __future__ import annotations
 import csv
 import json
 import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
-from buffersizing import FRAME_BYTES, model
-from buffersizing.errors import UsageError
-from buffersizing.plot import REFERENCE_DIR, read_tsv
+from buffersizing import model
+from buffersizing.experiment import Say
+from buffersizing.measure import MeasureOptions, run_measure
+from buffersizing.report import REFERENCE_DIR, read_tsv
+from buffersizing.resultdir import check_out_dir, read_finished, write_json_atomic
+from topologies import FRAME_BYTES
+from topologies.config import DumbbellConfig
+from topologies.errors import UsageError
 
 GSR_TSV = "gsr-oc3-utilization-table.tsv"
 PUBLISHED_BDP = 1291
@@ -151,3 +159,48 @@ def plot(table: list[dict], out: Path) -> Path:
 def report(out: Path) -> list[Path]:
     table = rows(out)
     return [*write_table(table, out), plot(table, out)]
+
+
+def run_util_table(
+    out: Path,
+    flows: list[int],
+    multiples: list[float],
+    max_hosts: int,
+    config_for: Callable[[int], DumbbellConfig],
+    opts_for: Callable[[int], MeasureOptions],
+    backend: str,
+    say: Say,
+) -> list[Path]:
+    """One fixed-buffer measurement per n (all its buffers on one dumbbell), resumable per n."""
+    settings = {
+        "flows": flows,
+        "multiples": multiples,
+        "max_hosts": max_hosts,
+        "configs": {str(n): config_for(n).to_dict() for n in flows},
+        "options": {str(n): asdict(opts_for(n)) for n in flows},
+    }
+    check_out_dir(out)
+    spec_path = out / "spec.json"
+    old = read_finished(spec_path)
+    if old is not None and old != settings:
+        diff = sorted(k for k in settings if old.get(k) != settings[k])
+        raise UsageError(
+            f"{out} holds a util-table made with other settings ({', '.join(diff)}); "
+            "re-run the same command to resume it, or choose another --out"
+        )
+    if old is None:
+        if any(out.glob("n*/result.json")):
+            raise UsageError(f"{out} holds util-table rows of unknown settings; choose another --out")
+        write_json_atomic(spec_path, settings)
+    t0 = time.monotonic()
+    for i, n in enumerate(flows, 1):
+        d = point_dir(out, n)
+        if read_finished(d / "result.json") is not None:
+            say(f"[{i}/{len(flows)}] n={n}: done earlier, kept")
+            continue
+        buffers = [buffer_packets(n, m) * FRAME_BYTES for m in multiples]
+        say(f"[{i}/{len(flows)}] n={n} ({time.monotonic() - t0:.0f} s so far)")
+        run_measure(config_for(n), backend, buffers, opts_for(n), d, say)
+    paths = report(out)
+    (out / "wall_seconds.txt").write_text(f"{time.monotonic() - t0:.0f}\n")
+    return paths

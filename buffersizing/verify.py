@@ -7,14 +7,18 @@ import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
-from buffersizing import netns
-from buffersizing.errors import RunError
-from buffersizing.proc import run
+from buffersizing.experiment import Experiment, Say
+from buffersizing.manifest import machine_manifest
+from buffersizing.resultdir import write_json_atomic
 from buffersizing.traffic import LongFlows
-from monitors.counters import InterfaceCounters, rate_mbps
-from topologies import shaper
-from topologies.dumbbell import BOTTLENECK_DEV, Dumbbell, Host
+from topologies import netns
+from topologies.config import DumbbellConfig
+from topologies.counters import rate_mbps
+from topologies.dumbbell import Dumbbell, Host
+from topologies.errors import RunError
+from topologies.proc import run
 
 # Tolerances of the issue: min RTT within 1 % + 0.3 ms, rate within 97..101 % of configured.
 RTT_REL_TOL = 0.01
@@ -78,21 +82,17 @@ def measure_rate(net: Dumbbell, duration: float = 5.0, warmup: float | None = No
     max_rtt_s = max(h.rtt_ms for h in net.hosts) / 1000
     # Slow start to a full pipe takes about log2(BDP in packets) RTTs; 15 RTTs covers it with margin.
     warmup = warmup if warmup is not None else max(2.0, 15 * max_rtt_s)
-    counters = InterfaceCounters(net.switch_ns, BOTTLENECK_DEV)
-    try:
-        with LongFlows(net, len(net.hosts)) as flows:
-            time.sleep(warmup)
-            net.check_alive()
-            samples = [counters.read()]
-            drops0 = shaper.leaf_drops(net.switch_ns, BOTTLENECK_DEV)
-            end = samples[0].t + duration
-            while time.monotonic() < end:
-                time.sleep(0.1)
-                samples.append(counters.read())
-            drops = shaper.leaf_drops(net.switch_ns, BOTTLENECK_DEV) - drops0
-            flows.check()  # a flow that died means the bottleneck may not have been saturated
-    finally:
-        counters.close()
+    with net.bottleneck.counters() as counters, LongFlows(net, len(net.hosts)) as flows:
+        time.sleep(warmup)
+        net.check_alive()
+        samples = [counters.read()]
+        drops0 = net.bottleneck.leaf_drops()
+        end = samples[0].t + duration
+        while time.monotonic() < end:
+            time.sleep(0.1)
+            samples.append(counters.read())
+        drops = net.bottleneck.leaf_drops() - drops0
+        flows.check()  # a flow that died means the bottleneck may not have been saturated
     per_second = [
         rate_mbps(samples[i], samples[min(i + 10, len(samples) - 1)]) for i in range(0, len(samples) - 10, 10)
     ]
@@ -131,6 +131,30 @@ def summarize(net: Dumbbell, pings: list[PingResult], rate: RateResult | None) -
         "delayline_drops": dl_drops,
         "delayline": dl,
     }
+
+
+def run_verify(
+    cfg: DumbbellConfig,
+    backend: str,
+    duration: float,
+    rate_test: bool = True,
+    out: Path | None = None,
+    say: Say | None = None,
+) -> dict:
+    """`bufsize verify`: build, ping every host, saturate the bottleneck; the summary (and verify.json in out)."""
+    t0 = time.monotonic()
+    with Experiment(cfg, backend, "verify", out, say) as ex:
+        assert ex.net is not None
+        built = time.monotonic() - t0
+        pings = measure_rtts(ex.net)
+        rate = measure_rate(ex.net, duration=duration) if rate_test else None
+        summary = summarize(ex.net, pings, rate)
+    summary["build_seconds"] = round(built, 2)
+    summary["wall_seconds"] = round(time.monotonic() - t0, 2)
+    if out is not None:
+        manifest = machine_manifest(backend, cfg.cc, cfg.shaper)
+        write_json_atomic(out / "verify.json", summary | {"config": cfg.to_dict(), "manifest": manifest})
+    return summary
 
 
 def format_summary(s: dict) -> str:

@@ -14,7 +14,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from buffersizing.capabilities import tracefs_root, tracepoints
+from monitors.base import Monitor
+from topologies.cleanup import remove_trace_instance
+from topologies.ledger import RunState
+from topologies.tracefs import INSTANCE_PREFIX, tracefs_root, tracepoints
 
 # Every field spelled out (the tracepoint's print format since 4.16): no backtracking, about 1 us a
 # line, which matters at thousands of ACKs a second. A format that differs simply matches nothing.
@@ -46,29 +49,34 @@ def parse(chunk: bytes) -> list[CwndEvent]:
     return [CwndEvent(float(t), f.decode(), int(c), int(ss), int(r)) for t, f, c, ss, r in parse_raw(chunk)]
 
 
-class CwndTrace:
-    """Enable on construction, drain() as often as convenient (every 100 ms is plenty), close() at the end."""
+class CwndTrace(Monitor[int]):
+    """start() enables the trace, drain() as often as convenient (every 100 ms is plenty); stop()
+    returns the events the kernel dropped. The instance is in the run's ledger before it exists."""
 
-    def __init__(self, server_ports: range, buffer_kb: int = 8192) -> None:
+    def __init__(self, server_ports: range, state: RunState | None = None, buffer_kb: int = 8192) -> None:
+        self.ports, self.state, self.buffer_kb = server_ports, state, buffer_kb
+        self.fd = -1
+        self.tail = b""
+
+    def _begin(self) -> None:
         if not tracepoints().get("tcp/tcp_probe"):
             raise CwndUnavailable("the tcp:tcp_probe tracepoint is not available (tracefs not mounted?)")
         root = tracefs_root()
         assert root is not None
-        self.dir = Path(root) / "instances" / f"bsz-cwnd-{os.getpid()}"
+        self.dir = Path(root) / "instances" / f"{INSTANCE_PREFIX}cwnd-{os.getpid()}"
+        if self.state is not None:
+            self.state.add_trace_instance(self.dir)
         self.dir.mkdir()
-        self.fd = -1
         try:
             self.ev = self.dir / "events" / "tcp" / "tcp_probe"
-            (self.ev / "filter").write_text(f"dport >= {server_ports.start} && dport < {server_ports.stop}")
-            (self.dir / "buffer_size_kb").write_text(str(buffer_kb))
+            (self.ev / "filter").write_text(f"dport >= {self.ports.start} && dport < {self.ports.stop}")
+            (self.dir / "buffer_size_kb").write_text(str(self.buffer_kb))
             (self.dir / "trace_clock").write_text("mono")
             self.fd = os.open(self.dir / "trace_pipe", os.O_RDONLY | os.O_NONBLOCK)
             (self.ev / "enable").write_text("1")
         except BaseException:
-            self.close()
+            self._close()
             raise
-        self.tail = b""
-        self.lost = 0
 
     def drain(self) -> list[tuple[bytes, bytes, bytes, bytes, bytes]]:
         parts = [self.tail]
@@ -93,14 +101,14 @@ class CwndTrace:
             total += int(m[1]) if m else 0
         return total
 
-    def close(self) -> None:
-        if self.dir.exists():
-            try:
-                (self.ev / "enable").write_text("0")
-            except OSError:
-                pass
+    def _end(self) -> int:
+        lost = self.overruns()
+        self._close()
+        return lost
+
+    def _close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-        if self.dir.exists():
-            self.dir.rmdir()
+        if remove_trace_instance(self.dir) and self.state is not None:
+            self.state.forget_trace_instance(self.dir)

@@ -1,20 +1,18 @@
 """Drops everywhere on the path: every interface and qdisc in every namespace of a run, and the delay line.
 
 Snapshots are taken over netlink (one socket per namespace, opened and closed per snapshot, so 400
-hosts cost no standing file descriptors). The difference between two snapshots is split into the
-bottleneck buffer's drops (the bfifo leaf on the bottleneck port: the only place a loss should
-happen) and everything else, which a trustworthy run keeps at zero.
+hosts cost no standing file descriptors). The difference between start() and stop() is split into
+the bottleneck buffer's drops (the only place a loss should happen; the bottleneck says which
+counters are its own) and everything else, which a trustworthy run keeps at zero.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from buffersizing import netns
-from topologies import shaper
-from topologies.dumbbell import BOTTLENECK_DEV, Dumbbell
-
-LEAF_HANDLE = int(shaper.LEAF.rstrip(":"), 16) << 16
+from monitors.base import Monitor
+from topologies import netns
+from topologies.dumbbell import Dumbbell
 
 
 def _short(ns: str) -> str:
@@ -49,13 +47,6 @@ class DropSnapshot:
     delayline: int
 
 
-def snapshot(net: Dumbbell) -> DropSnapshot:
-    counters: dict[str, int] = {}
-    for ns in net.namespaces:
-        counters.update(namespace_drops(ns))
-    return DropSnapshot(counters, net.delayline.drops() if net.delayline else 0)
-
-
 @dataclass
 class DropSummary:
     bottleneck: int  # drops by the buffer under study
@@ -73,16 +64,34 @@ class DropSummary:
         }
 
 
-def difference(net: Dumbbell, a: DropSnapshot, b: DropSnapshot) -> DropSummary:
-    sw = _short(net.switch_ns)
-    leaf = f"{sw}/{BOTTLENECK_DEV}/qdisc bfifo {LEAF_HANDLE >> 16:x}:"
-    root = f"{sw}/{BOTTLENECK_DEV}/qdisc {net.cfg.shaper} 1:"
-    outside: dict[str, int] = {}
-    for key, v in b.counters.items():
-        d = v - a.counters.get(key, 0)
-        # The shaper's root counts its child's drops again; those are the bottleneck's, not extra.
-        if d and key not in (leaf, root):
-            outside[key] = d
-    if b.delayline - a.delayline:
-        outside["delay line"] = b.delayline - a.delayline
-    return DropSummary(b.counters.get(leaf, 0) - a.counters.get(leaf, 0), outside)
+class DropMonitor(Monitor[DropSummary]):
+    """Drops between start() and stop(), split into the bottleneck buffer's and everyone else's."""
+
+    def __init__(self, net: Dumbbell) -> None:
+        self.net = net
+
+    def snapshot(self) -> DropSnapshot:
+        counters: dict[str, int] = {}
+        for ns in self.net.namespaces:
+            counters.update(namespace_drops(ns))
+        return DropSnapshot(counters, self.net.delayline.drops() if self.net.delayline else 0)
+
+    def _begin(self) -> None:
+        self.first = self.snapshot()
+
+    def _end(self) -> DropSummary:
+        return self.difference(self.first, self.snapshot())
+
+    def difference(self, a: DropSnapshot, b: DropSnapshot) -> DropSummary:
+        bn = self.net.bottleneck
+        prefix = f"{_short(bn.ns)}/{bn.dev}/"
+        own = {prefix + label for label in bn.own_drop_labels()}
+        leaf = prefix + bn.qdisc_label(bn.leaf_handle, "bfifo")
+        outside: dict[str, int] = {}
+        for key, v in b.counters.items():
+            d = v - a.counters.get(key, 0)
+            if d and key not in own:
+                outside[key] = d
+        if b.delayline - a.delayline:
+            outside["delay line"] = b.delayline - a.delayline
+        return DropSummary(b.counters.get(leaf, 0) - a.counters.get(leaf, 0), outside)

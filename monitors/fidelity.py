@@ -14,8 +14,11 @@ import statistics
 import time
 from pathlib import Path
 
-from buffersizing import FRAME_BYTES
-from buffersizing.capabilities import tracefs_root, tracepoints
+from monitors.base import Monitor
+from topologies import FRAME_BYTES
+from topologies.cleanup import remove_trace_instance
+from topologies.ledger import RunState
+from topologies.tracefs import INSTANCE_PREFIX, tracefs_root, tracepoints
 
 LINE = re.compile(r"\s(\d+\.\d+): net_dev_xmit: dev=(\S+) skbaddr=\S+ len=(\d+)")
 THRESHOLDS = (10, 25, 50, 100)
@@ -28,43 +31,67 @@ class FidelityUnavailable(RuntimeError):
     pass
 
 
-class Trace:
-    """Records departures of full-size frames from one device (any namespace: names are filtered)."""
+class FidelityMonitor(Monitor[tuple[dict, list[float]]]):
+    """Departures of full-size frames from the bottleneck device between start() and stop().
 
-    def __init__(self, dev: str, buffer_kb: int = 65536) -> None:
+    stop() returns the summary (or why there is none: `available` false and a `reason`) and the
+    departure times. The ftrace instance is in the run's ledger before it is made.
+    """
+
+    def __init__(self, dev: str, rate_mbps: float, state: RunState | None = None, buffer_kb: int = 65536) -> None:
+        self.dev, self.rate_mbps, self.state, self.buffer_kb = dev, rate_mbps, state, buffer_kb
+        self.error: str | None = None
+        self.dir: Path | None = None
+
+    def _begin(self) -> None:
+        try:
+            self._enable()
+        except (FidelityUnavailable, OSError) as e:
+            self.error = str(e)
+            self._remove()
+
+    def _enable(self) -> None:
         if not tracepoints().get("net/net_dev_xmit"):
             raise FidelityUnavailable("the net:net_dev_xmit tracepoint is not available (tracefs not mounted?)")
         root = tracefs_root()
         assert root is not None
-        self.dir = Path(root) / "instances" / f"bsz-fidelity-{os.getpid()}"
+        self.dir = Path(root) / "instances" / f"{INSTANCE_PREFIX}fidelity-{os.getpid()}"
+        if self.state is not None:
+            self.state.add_trace_instance(self.dir)
         self.dir.mkdir()
-        try:
-            self.ev = self.dir / "events" / "net" / "net_dev_xmit"
-            (self.ev / "filter").write_text(f'name == "{dev}" && len >= {FRAME_BYTES}')
-            (self.dir / "buffer_size_kb").write_text(str(buffer_kb))
-        except BaseException:
-            self.dir.rmdir()
-            raise
-
-    def record(self, seconds: float) -> list[float]:
+        self.ev = self.dir / "events" / "net" / "net_dev_xmit"
+        (self.ev / "filter").write_text(f'name == "{self.dev}" && len >= {FRAME_BYTES}')
+        (self.dir / "buffer_size_kb").write_text(str(self.buffer_kb))
         (self.dir / "trace").write_text("")
+        self.t0 = time.monotonic()
         (self.ev / "enable").write_text("1")
+
+    def _end(self) -> tuple[dict, list[float]]:
+        times: list[float] = []
         try:
-            time.sleep(seconds)
+            if self.error is None:
+                assert self.dir is not None
+                (self.ev / "enable").write_text("0")
+                seconds = round(time.monotonic() - self.t0, 2)
+                text = (self.dir / "trace").read_text()
+                times = [float(m.group(1)) for m in LINE.finditer(text)]
+                return {"available": True, "seconds": seconds} | summarize(times, self.rate_mbps), times
+        except (FidelityUnavailable, OSError) as e:
+            self.error = str(e)
         finally:
-            (self.ev / "enable").write_text("0")
-        text = (self.dir / "trace").read_text()
-        return [float(m.group(1)) for m in LINE.finditer(text)]
+            self._remove()
+        return {"available": False, "reason": self.error}, times
 
-    def close(self) -> None:
-        (self.ev / "enable").write_text("0")
-        self.dir.rmdir()
+    def _remove(self) -> None:
+        if self.dir is not None and remove_trace_instance(self.dir) and self.state is not None:
+            self.state.forget_trace_instance(self.dir)
 
-    def __enter__(self) -> Trace:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+def measure(dev: str, rate_mbps: float, seconds: float, state: RunState | None = None) -> tuple[dict, list[float]]:
+    """Trace `seconds` of departures; the summary (or why there is none) and the departure times."""
+    with FidelityMonitor(dev, rate_mbps, state) as mon:
+        time.sleep(seconds)
+        return mon.stop()
 
 
 def busy_gaps_us(times: list[float], rate_mbps: float) -> list[float]:
@@ -109,14 +136,3 @@ def reference_2012(path: Path) -> list[dict[str, float]]:
     lines = [ln for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
     head = lines[0].split("\t")
     return [dict(zip(head, map(float, ln.split("\t")), strict=True)) for ln in lines[1:]]
-
-
-def measure(dev: str, rate_mbps: float, seconds: float) -> tuple[dict, list[float]]:
-    """Trace `seconds` of departures; the summary (or why there is none) and the departure times."""
-    times: list[float] = []
-    try:
-        with Trace(dev) as trace:
-            times = trace.record(seconds)
-        return {"available": True, "seconds": seconds} | summarize(times, rate_mbps), times
-    except (FidelityUnavailable, OSError) as e:
-        return {"available": False, "reason": str(e)}, times

@@ -13,8 +13,8 @@ import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from buffersizing import FRAME_BYTES
 from monitors.fidelity import reference_2012
+from topologies import FRAME_BYTES
 
 FIDELITY_2012 = Path(__file__).resolve().parents[1] / "results" / "reference" / "mininet-hifi-2012-dequeue-fidelity.tsv"
 MAX_FLOWS_DRAWN = 8

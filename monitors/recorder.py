@@ -19,8 +19,12 @@ from pathlib import Path
 
 import psutil
 
+from monitors.base import Monitor
+from monitors.cpu import share_between
 from monitors.cwnd import CwndTrace, CwndUnavailable
-from monitors.qdisc_stats import QdiscReader, QdiscSample
+from topologies.bottleneck import Bottleneck
+from topologies.ledger import RunState
+from topologies.qdisc_stats import QdiscSample
 
 
 @dataclass
@@ -38,50 +42,38 @@ class Recording:
 
 
 def _core_shares(a: list, b: list) -> list[tuple[float, float, float]]:
-    out = []
-    for x, y in zip(a, b, strict=True):
-        d = {f: getattr(y, f) - getattr(x, f) for f in y._fields}
-        total = sum(d.values()) or 1.0
-        idle = (d["idle"] + d.get("iowait", 0.0)) / total
-        out.append((1 - idle, d.get("softirq", 0.0) / total, idle))
-    return out
+    return [(c.busy, c.softirq, c.idle) for c in (share_between(x, y) for x, y in zip(a, b, strict=True))]
 
 
-class Recorder:
+class Recorder(Monitor[Recording]):
+    """The recorder thread of one run, on its bottleneck; cwnd of the flows whose server ports are given."""
+
     def __init__(
         self,
-        ns: str,
-        dev: str,
-        leaf_handle: int,
-        leaf_parent: int,
+        bottleneck: Bottleneck,
         server_ports: range | None,
+        state: RunState | None = None,
         queue_hz: float = 100.0,
         slow_every: int = 10,
     ) -> None:
-        self.reader = QdiscReader(ns, dev, leaf_handle, leaf_parent)
+        self.reader = bottleneck.leaf_reader()
         self.ports = server_ports
+        self.state = state
         self.period = 1.0 / queue_hz
         self.slow_every = slow_every
         self.rec = Recording()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bsz-recorder", daemon=True)
 
-    def start(self) -> Recorder:
+    def _begin(self) -> None:
         self._thread.start()
-        return self
 
-    def stop(self) -> Recording:
+    def _end(self) -> Recording:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
         self.reader.close()
         return self.rec
-
-    def __enter__(self) -> Recorder:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def _run(self) -> None:
         rec = self.rec
@@ -90,7 +82,7 @@ class Recorder:
         trace = None
         if self.ports is not None:
             try:
-                trace = CwndTrace(self.ports)
+                trace = CwndTrace(self.ports, self.state).start()
             except (CwndUnavailable, OSError) as e:
                 rec.cwnd_note = str(e)
         else:
@@ -133,8 +125,7 @@ class Recorder:
             rec.error = f"{type(e).__name__}: {e}"
         finally:
             if trace is not None:
-                rec.cwnd_overruns = trace.overruns()
-                trace.close()
+                rec.cwnd_overruns = trace.stop()
             rec.thread_cpu_s = time.thread_time() - cpu0
             rec.wall_s = time.monotonic() - wall0
 

@@ -9,26 +9,36 @@ from pathlib import Path
 
 import pytest
 
-from buffersizing import netns
-from buffersizing.runstate import STATE_DIR
+from topologies import netns
+from topologies.ledger import STATE_DIR, live_runs
+from topologies.tracefs import tracefs_root
 
 BUFSIZE = str(Path(sys.executable).parent / "bufsize")
 
 
 def ours() -> set[str]:
-    return {n for n in netns.list_ns() if n.startswith(netns.PREFIX)}
+    """The toolkit's namespaces, less those of live runs of other processes (a concurrent run is not
+    a leftover); runs of this process, and of dead ones, count."""
+    others = {n for s in live_runs() if s.owner_pid != os.getpid() for n in s.namespaces}
+    return {n for n in netns.list_ns() if n.startswith(netns.PREFIX) and n not in others}
 
 
 def run_states() -> set[str]:
-    return {p.name for p in STATE_DIR.glob("run-*.json")}
+    """Ledger files, less those of live runs of other processes (as ours())."""
+    others = {s.path.name for s in live_runs() if s.owner_pid != os.getpid()}
+    return {p.name for p in STATE_DIR.glob("run-*.json")} - others
 
 
 def trace_instances() -> set[str]:
-    """The toolkit's private ftrace instances (fidelity, cwnd monitors)."""
-    from buffersizing.capabilities import tracefs_root
-
+    """The toolkit's private ftrace instances (fidelity, cwnd monitors), less those of other live processes."""
     root = tracefs_root()
-    return {p.name for p in Path(root).glob("instances/bsz-*")} if root else set()
+    names = {p.name for p in Path(root).glob("instances/bsz-*")} if root else set()
+
+    def other_live(name: str) -> bool:
+        pid = name.rsplit("-", 1)[-1]
+        return pid.isdigit() and int(pid) != os.getpid() and Path(f"/proc/{pid}").exists()
+
+    return {n for n in names if not other_live(n)}
 
 
 @pytest.fixture

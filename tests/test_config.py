@@ -4,9 +4,10 @@ import math
 
 import pytest
 
-from buffersizing import FRAME_BYTES
-from buffersizing.config import DumbbellConfig, buffer_from_args, parse_rtts
-from buffersizing.errors import UsageError
+from buffersizing.options import buffer_from_args
+from topologies import FRAME_BYTES
+from topologies.config import DumbbellConfig, parse_rtts
+from topologies.errors import UsageError
 
 
 def test_single_rtt_applies_to_every_host():

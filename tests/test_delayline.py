@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from buffersizing import netns
+from topologies import netns
 from topologies.delay import HELPER
 from topologies.wire import Wire
 

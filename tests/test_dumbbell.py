@@ -9,11 +9,11 @@ import time
 import pytest
 from conftest import in_ns
 
-from buffersizing import FRAME_BYTES, sysctl
-from buffersizing.config import DumbbellConfig, parse_rtts
 from buffersizing.verify import measure_rtts
-from monitors.counters import InterfaceCounters
-from topologies.dumbbell import BOTTLENECK_DEV, Dumbbell
+from topologies import FRAME_BYTES, sysctl
+from topologies.config import DumbbellConfig, parse_rtts
+from topologies.counters import InterfaceCounters
+from topologies.dumbbell import Dumbbell
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +28,7 @@ def net(request, no_leftovers):
 
 
 def test_offloads_are_off_on_every_interface(net):
-    pairs = [(net.switch_ns, BOTTLENECK_DEV), (net.receiver_ns, net.receiver_dev), (net.delay_ns, "d1-eth0")]
+    pairs = [(net.switch_ns, net.bottleneck.dev), (net.receiver_ns, net.receiver_dev), (net.delay_ns, "d1-eth0")]
     pairs += [(h.ns, h.dev) for h in net.hosts] + [(net.switch_ns, f"s1-eth{h.index}") for h in net.hosts]
     for ns, dev in pairs:
         feats = in_ns(ns, "ethtool", "-k", dev)
@@ -49,7 +49,7 @@ def test_host_tcp_settings_and_bridge_netfilter(net):
 
 
 def test_bottleneck_tree_is_tbf_with_bfifo_leaf(net):
-    out = in_ns(net.switch_ns, "tc", "qdisc", "show", "dev", BOTTLENECK_DEV)
+    out = in_ns(net.switch_ns, "tc", "qdisc", "show", "dev", net.bottleneck.dev)
     assert re.search(r"qdisc tbf 1: root .*rate 20Mbit", out)
     assert "qdisc bfifo 10: parent 1:1 limit 60000b" in out
 
@@ -68,14 +68,14 @@ def test_buffer_changes_in_place_under_a_running_flow(net):
         stderr=subprocess.STDOUT,
         text=True,
     )
-    counters = InterfaceCounters(net.switch_ns, BOTTLENECK_DEV)
+    counters = InterfaceCounters(net.switch_ns, net.bottleneck.dev)
     try:
         time.sleep(2.5)
-        before_tree = in_ns(net.switch_ns, "tc", "-s", "qdisc", "show", "dev", BOTTLENECK_DEV)
+        before_tree = in_ns(net.switch_ns, "tc", "-s", "qdisc", "show", "dev", net.bottleneck.dev)
         sent_before = int(re.search(r"qdisc (?:tbf|htb) 1: .*?Sent (\d+) bytes", before_tree, re.S).group(1))
         a = counters.read()
         net.set_buffer(4 * FRAME_BYTES)
-        after_tree = in_ns(net.switch_ns, "tc", "-s", "qdisc", "show", "dev", BOTTLENECK_DEV)
+        after_tree = in_ns(net.switch_ns, "tc", "-s", "qdisc", "show", "dev", net.bottleneck.dev)
         assert f"qdisc bfifo 10: parent 1:1 limit {4 * FRAME_BYTES}b" in after_tree
         sent_after = int(re.search(r"qdisc (?:tbf|htb) 1: .*?Sent (\d+) bytes", after_tree, re.S).group(1))
         assert sent_after >= sent_before > 0, "the shaper was recreated (its counters reset)"
@@ -95,10 +95,10 @@ def test_buffer_changes_in_place_under_a_running_flow(net):
 def test_htb_shaper_tree(no_leftovers):
     cfg = DumbbellConfig(hosts=1, rate_mbps=10, rtt_ms=[5.0], shaper="htb", buffer_bytes=30_000)
     with Dumbbell(cfg, "delayline") as net:
-        out = in_ns(net.switch_ns, "tc", "class", "show", "dev", BOTTLENECK_DEV)
+        out = in_ns(net.switch_ns, "tc", "class", "show", "dev", net.bottleneck.dev)
         assert re.search(r"class htb 1:1 root leaf 10: .*rate 10Mbit ceil 10Mbit", out)
         net.set_buffer(3 * FRAME_BYTES)
-        out = in_ns(net.switch_ns, "tc", "qdisc", "show", "dev", BOTTLENECK_DEV)
+        out = in_ns(net.switch_ns, "tc", "qdisc", "show", "dev", net.bottleneck.dev)
         assert f"qdisc bfifo 10: parent 1:1 limit {3 * FRAME_BYTES}b" in out
 
 

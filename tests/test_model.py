@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from buffersizing import model_cli
-from buffersizing.errors import UsageError
 from buffersizing.model import (
     F7_K,
     BurstMoments,
@@ -55,10 +54,11 @@ from buffersizing.model import (
     utilization_lower_bound,
     window_sd_packets,
 )
+from topologies.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[1]
 GSR_TABLE = "gsr-oc3-utilization-table.tsv"
-# The repository's copy (what buffersizing.plot reads) and the shared original it was copied from.
+# The repository's copy (what buffersizing.report reads) and the shared original it was copied from.
 GSR_TABLE_PATHS = [REPO / "results" / "reference" / GSR_TABLE, REPO.parent / "shared" / "reference" / GSR_TABLE]
 
 

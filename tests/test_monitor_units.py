@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from buffersizing import FRAME_BYTES
 from monitors.fidelity import FidelityUnavailable, summarize
+from topologies import FRAME_BYTES
 
 IDEAL_S = FRAME_BYTES * 8 / 62.5e6
 
@@ -60,8 +60,8 @@ def test_tcp_probe_lines_parse_into_windows():
 
 
 def test_queue_stats_between_times():
-    from monitors.qdisc_stats import QdiscSample
     from monitors.recorder import queue_stats
+    from topologies.qdisc_stats import QdiscSample
 
     samples = [
         QdiscSample(i / 100, 0, 0, q, q * FRAME_BYTES, i // 50, 10 * FRAME_BYTES)
@@ -78,8 +78,8 @@ def test_queue_stats_between_times():
 def test_netlink_qdisc_answer_decodes_and_errors_raise():
     import struct
 
-    from monitors import netlink as nl
-    from monitors import qdisc_stats as q
+    from topologies import netlink as nl
+    from topologies import qdisc_stats as q
 
     def nla(kind: int, payload: bytes) -> bytes:
         pad = (4 - len(payload) % 4) % 4
@@ -108,8 +108,8 @@ def test_cwnd_histogram_uses_the_buffer_asked_for_when_sampled():
 
 
 def test_netlink_link_answer_decodes_stats64():
-    from monitors import counters as c
-    from monitors import netlink as nl
+    from topologies import counters as c
+    from topologies import netlink as nl
 
     stats = c.STATS64.pack(10, 20, 1000, 30280, 0, 0, 3, 4)
     attr = nl.NLA.pack(nl.NLA.size + 4, 3) + b"eth\0" + nl.NLA.pack(nl.NLA.size + len(stats), c.IFLA_STATS64) + stats

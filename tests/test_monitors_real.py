@@ -6,20 +6,17 @@ import time
 
 import pytest
 
-from buffersizing import FRAME_BYTES
-from buffersizing.config import DumbbellConfig
 from buffersizing.traffic import LongFlows
-from monitors import drops as drop_monitor
 from monitors import fidelity
+from monitors.drops import DropMonitor
 from monitors.recorder import Recorder, queue_stats, summary
-from topologies import shaper
-from topologies.dumbbell import BOTTLENECK_DEV, Dumbbell
-
-LEAF, CLASS = shaper.tc_handle(shaper.LEAF), shaper.tc_handle(shaper.CLASS)
+from topologies import FRAME_BYTES
+from topologies.config import DumbbellConfig
+from topologies.dumbbell import Dumbbell
 
 
 def recorder_for(net: Dumbbell, ports: range | None) -> Recorder:
-    return Recorder(net.switch_ns, BOTTLENECK_DEV, LEAF, CLASS, ports)
+    return Recorder(net.bottleneck, ports, net.state)
 
 
 @pytest.mark.integration
@@ -35,14 +32,13 @@ def test_queue_standing_with_large_buffer_near_empty_with_tiny_and_drops_only_at
             time.sleep(6)
             net.set_buffer(3 * FRAME_BYTES)
             time.sleep(2)
-            before = drop_monitor.snapshot(net)
+            drops = DropMonitor(net).start()
             tiny = (time.monotonic(), time.monotonic() + 6)
             time.sleep(6)
-            after = drop_monitor.snapshot(net)
+            dropped = drops.stop()
         finally:
             recording = rec.stop()
         flows.check()
-        dropped = drop_monitor.difference(net, before, after)
 
     big, small = queue_stats(recording.queue, *large), queue_stats(recording.queue, *tiny)
     assert big["samples"] > 200 and small["samples"] > 200, (big, small)
@@ -68,9 +64,9 @@ def test_queue_standing_with_large_buffer_near_empty_with_tiny_and_drops_only_at
 def test_idle_link_fidelity_is_refused_and_queue_reads_empty(no_leftovers):
     cfg = DumbbellConfig(hosts=1, rate_mbps=20, rtt_ms=[10.0])
     with Dumbbell(cfg, "delayline") as net:
-        rec = recorder_for(net, range(5001, 5002)).start()
+        rec = recorder_for(net, range(net.state.ports().start, net.state.ports().start + 1)).start()
         try:
-            fid, departures = fidelity.measure(BOTTLENECK_DEV, cfg.rate_mbps, 0.5)
+            fid, departures = fidelity.measure(net.bottleneck.dev, cfg.rate_mbps, 0.5, net.state)
         finally:
             recording = rec.stop()
     assert fid["available"] is False and "not busy" in fid["reason"], fid

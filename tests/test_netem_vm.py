@@ -36,10 +36,6 @@ from types import SimpleNamespace
 import pytest
 from conftest import in_ns, ours
 
-from buffersizing import FRAME_BYTES, netns, sysctl
-from buffersizing.capabilities import format_report, probe, qdisc_support, resolve_backend
-from buffersizing.config import DumbbellConfig
-from buffersizing.proc import run
 from buffersizing.verify import (
     RATE_HIGH,
     RATE_LOW,
@@ -51,9 +47,12 @@ from buffersizing.verify import (
     ping_host,
     summarize,
 )
-from topologies import shaper
+from topologies import FRAME_BYTES, netns, shaper, sysctl
+from topologies.config import DumbbellConfig
 from topologies.delay import HELPER, netem_commands
-from topologies.dumbbell import BOTTLENECK_DEV, OFFLOADS_OFF, Dumbbell, Host, tcp_sysctls
+from topologies.dumbbell import OFFLOADS_OFF, Dumbbell, Host, tcp_sysctls
+from topologies.machine import format_report, probe, qdisc_support, resolve_backend
+from topologies.proc import run
 
 pytestmark = [pytest.mark.vm, pytest.mark.integration]
 
@@ -197,7 +196,7 @@ def test_netem_dumbbell_delays_survive_buffer_change_and_teardown_leaves_nothing
             q = netem_of(ns, dev)
             assert abs(q["delay_ms"] - h.rtt_ms / 2) < 0.001, (dev, q)
             assert q["rate"] == ("1Gbit" if dev == h.dev else None), (dev, q)
-        bottleneck = in_ns(net.switch_ns, "tc", "qdisc", "show", "dev", BOTTLENECK_DEV)
+        bottleneck = in_ns(net.switch_ns, "tc", "qdisc", "show", "dev", net.bottleneck.dev)
         assert "netem" not in bottleneck
         assert re.search(r"qdisc htb 1: root", bottleneck), bottleneck
         assert f"qdisc bfifo 10: parent 1:1 limit {50 * FRAME_BYTES}b" in bottleneck
@@ -206,7 +205,7 @@ def test_netem_dumbbell_delays_survive_buffer_change_and_teardown_leaves_nothing
 
         before = {(ns, dev): netem_of(ns, dev) for ns, dev, _ in where}
         net.set_buffer(7 * FRAME_BYTES)
-        bottleneck = in_ns(net.switch_ns, "tc", "qdisc", "show", "dev", BOTTLENECK_DEV)
+        bottleneck = in_ns(net.switch_ns, "tc", "qdisc", "show", "dev", net.bottleneck.dev)
         assert f"qdisc bfifo 10: parent 1:1 limit {7 * FRAME_BYTES}b" in bottleneck, bottleneck
         for (ns, dev), q0 in before.items():
             q1 = netem_of(ns, dev)

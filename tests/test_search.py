@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from buffersizing import FRAME_BYTES
-from buffersizing.search import MedianSearch
+from buffersizing.median_search import MedianSearch
+from topologies import FRAME_BYTES
 
 
 class SimLink:

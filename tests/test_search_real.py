@@ -11,7 +11,7 @@ import time
 import pytest
 from conftest import BUFSIZE, bufsize
 
-from buffersizing import FRAME_BYTES
+from topologies import FRAME_BYTES
 
 FAST = ["--rate-mbps", "62.5", "--rtt-ms", "10", "--cc", "reno", "--settle-s", "1", "--sample-s", "0.5"]
 

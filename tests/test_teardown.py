@@ -11,11 +11,11 @@ import time
 import pytest
 from conftest import BUFSIZE, bufsize, ours
 
-from buffersizing import netns, sysctl
-from buffersizing.config import DumbbellConfig
-from buffersizing.proc import is_running
-from buffersizing.runstate import STATE_DIR
+from topologies import netns, sysctl
+from topologies.config import DumbbellConfig
 from topologies.dumbbell import Dumbbell
+from topologies.ledger import STATE_DIR
+from topologies.proc import is_running
 
 pytestmark = pytest.mark.integration
 
@@ -136,7 +136,7 @@ def test_clean_removes_orphaned_namespaces_by_prefix(no_leftovers):
 
 
 def test_clean_removes_trace_instances_of_dead_processes_only(no_leftovers):
-    from buffersizing.capabilities import tracefs_root
+    from topologies.machine import tracefs_root
 
     root = tracefs_root()
     assert root is not None, "tracefs is needed by the fidelity and cwnd monitors"

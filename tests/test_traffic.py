@@ -8,11 +8,11 @@ import time
 import pytest
 from conftest import in_ns
 
-from buffersizing.config import DumbbellConfig
-from buffersizing.errors import RunError, UsageError
 from buffersizing.traffic import LongFlows, split_flows
-from monitors.counters import InterfaceCounters, rate_mbps
-from topologies.dumbbell import BOTTLENECK_DEV, Dumbbell
+from topologies.config import DumbbellConfig
+from topologies.counters import InterfaceCounters, rate_mbps
+from topologies.dumbbell import Dumbbell
+from topologies.errors import RunError, UsageError
 
 
 def test_flows_split_evenly_over_hosts():
@@ -25,7 +25,7 @@ def test_flows_split_evenly_over_hosts():
 
 
 def bytes_received_per_flow(net: Dumbbell) -> list[int]:
-    out = in_ns(net.receiver_ns, "ss", "-Htin", "state", "established", "( sport = :5001 )")
+    out = in_ns(net.receiver_ns, "ss", "-Htin", "state", "established", f"( sport = :{net.state.ports().start} )")
     return [int(m) for m in re.findall(r"bytes_received:(\d+)", out)]
 
 
@@ -37,7 +37,7 @@ def test_50_flows_over_10_hosts_establish_and_all_carry_data(no_leftovers):
     with Dumbbell(cfg, "delayline") as net, LongFlows(net, 50) as flows:
         info = flows.start_info
         assert info.established == 50 and info.held_until_all_up
-        counters = InterfaceCounters(net.switch_ns, BOTTLENECK_DEV)
+        counters = InterfaceCounters(net.switch_ns, net.bottleneck.dev)
         a = counters.read()
         time.sleep(5)
         b = counters.read()

@@ -17,9 +17,10 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from buffersizing import netns
-from buffersizing.errors import MachineError, RunError
-from buffersizing.runstate import RunState
+from topologies import netns
+from topologies.errors import MachineError, RunError
+from topologies.ledger import RunState
+from topologies.units import tc_rate
 
 HELPER = Path(__file__).resolve().parent / "delayline" / "bsz-delayline"
 # Limits far above any burst: these queues must never be where packets wait or drop.
@@ -33,7 +34,7 @@ SPIN_US = 50
 
 
 def netem_commands(dev: str, one_way_us: int, rate_mbps: float | None) -> list[str]:
-    rate = f" rate {int(round(rate_mbps * 1e6))}bit" if rate_mbps else ""
+    rate = f" rate {tc_rate(rate_mbps)}" if rate_mbps else ""
     return [f"qdisc add dev {dev} root handle 1: netem delay {one_way_us}us limit {NETEM_LIMIT}{rate}\n"]
 
 

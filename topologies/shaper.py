@@ -9,10 +9,8 @@ so the shaper's token state, its counters and the flows running through it are u
 
 from __future__ import annotations
 
-import re
-
-from buffersizing import FRAME_BYTES
-from buffersizing.proc import run
+from topologies import FRAME_BYTES
+from topologies.units import tc_rate
 
 ROOT = "1:"
 CLASS = "1:1"
@@ -25,23 +23,19 @@ def tc_handle(text: str) -> int:
     return int(major, 16) << 16 | (int(minor, 16) if minor else 0)
 
 
-def _rate(mbps: float) -> str:
-    return f"{int(round(mbps * 1e6))}bit"
-
-
 def build_commands(dev: str, shaper: str, rate_mbps: float, buffer_bytes: int, burst_bytes: int) -> list[str]:
     """`tc -batch` lines that build the bottleneck on `dev`."""
     if shaper == "tbf":
         # TBF's own limit only sizes the default child it creates; ours replaces it right away.
         lines = [
-            f"qdisc add dev {dev} root handle {ROOT} tbf rate {_rate(rate_mbps)} burst {burst_bytes}"
+            f"qdisc add dev {dev} root handle {ROOT} tbf rate {tc_rate(rate_mbps)} burst {burst_bytes}"
             f" limit {buffer_bytes}"
         ]
     elif shaper == "htb":
         lines = [
             f"qdisc add dev {dev} root handle {ROOT} htb default 1",
             # quantum of one frame: with a single class it only silences HTB's "quantum is big".
-            f"class add dev {dev} parent {ROOT} classid {CLASS} htb rate {_rate(rate_mbps)} ceil {_rate(rate_mbps)}"
+            f"class add dev {dev} parent {ROOT} classid {CLASS} htb rate {tc_rate(rate_mbps)} ceil {tc_rate(rate_mbps)}"
             f" burst {burst_bytes} cburst {burst_bytes} quantum {FRAME_BYTES}",
         ]
     else:
@@ -50,33 +44,7 @@ def build_commands(dev: str, shaper: str, rate_mbps: float, buffer_bytes: int, b
     return [line + "\n" for line in lines]
 
 
-def set_buffer(ns: str, dev: str, buffer_bytes: int) -> None:
-    run(
-        [
-            "tc",
-            "-n",
-            ns,
-            "qdisc",
-            "change",
-            "dev",
-            dev,
-            "parent",
-            CLASS,
-            "handle",
-            LEAF,
-            "bfifo",
-            "limit",
-            str(buffer_bytes),
-        ]
-    )
-
-
-def show(ns: str, dev: str) -> str:
-    return run(["tc", "-n", ns, "-s", "qdisc", "show", "dev", dev]).stdout
-
-
-def leaf_drops(ns: str, dev: str) -> int:
-    """Packets the buffer (the bfifo leaf) has dropped. One tc call: read per measurement, not per sample."""
-    out = show(ns, dev)
-    m = re.search(rf"qdisc bfifo {LEAF} .*?dropped (\d+)", out, re.S)
-    return int(m.group(1)) if m else 0
+def change_buffer_argv(ns: str, dev: str, buffer_bytes: int) -> list[str]:
+    """`tc qdisc change` of the bfifo leaf alone: the shaper's tokens and counters are untouched."""
+    return ["tc", "-n", ns, "qdisc", "change", "dev", dev, "parent", CLASS, "handle", LEAF, "bfifo",
+            "limit", str(buffer_bytes)]  # fmt: skip

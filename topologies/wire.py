@@ -7,23 +7,25 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 from pathlib import Path
 
-from buffersizing import netns
-from buffersizing.proc import run
+from topologies import netns
+from topologies.cleanup import teardown
 from topologies.delay import HELPER
+from topologies.ledger import RunState
+from topologies.proc import run
 
 
 class Wire:
     def __init__(self, tag: str = "wire") -> None:
-        base = f"{netns.PREFIX}{tag}{os.getpid()}-"
+        self.state = RunState.create()
+        base = f"{self.state.ns_prefix}{tag}-"
         self.a, self.d, self.b = base + "a", base + "d", base + "b"
 
     def __enter__(self) -> Wire:
         if not HELPER.exists():
             run(["make", "-C", str(HELPER.parent)])
+        self.state.add_namespaces([self.a, self.d, self.b])
         netns.add_many([self.a, self.d, self.b])
         try:
             run(
@@ -59,15 +61,8 @@ class Wire:
         )
 
     def __exit__(self, *exc: object) -> None:
-        for ns in (self.a, self.d, self.b):
-            if netns.exists(ns):
-                # Only processes inside these namespaces, which exist only for this wire.
-                for pid in netns.pids_in(ns):
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                netns.delete(ns)
+        # The ledger's teardown stops what runs inside these namespaces (only this wire's) and deletes them.
+        teardown(self.state)
 
     def delayline_argv(self, stats: Path, *args: str) -> list[str]:
         return netns.in_ns(self.d, [str(HELPER), "-a", "da", "-b", "db", "-s", str(stats), *args])

@@ -12,8 +12,8 @@ import math
 import statistics
 from pathlib import Path
 
-from buffersizing import FRAME_BYTES
-from buffersizing.errors import UsageError
+from topologies import FRAME_BYTES
+from topologies.errors import UsageError
 
 REFERENCE_DIR = Path(__file__).resolve().parents[1] / "results" / "reference"
 HARDWARE_TSV = "hardware-netfpga-62.5mbps-87ms.tsv"
@@ -225,3 +225,17 @@ def make_report(d: Path, title: str | None = None) -> list[Path]:
     )
     rows = summary_rows(results)
     return [*plot(results, d, title), *write_table(rows, d)]
+
+
+def plot_dir(d: Path, title: str | None = None) -> list[Path]:
+    """`bufsize plot`: a sweep's figure and table, or one run's monitor plots redrawn from its CSVs."""
+    if not d.is_dir():
+        raise UsageError(f"{d}: not a directory")
+    if (d / "result.json").exists():
+        from monitors.plots import plot_run
+
+        paths = plot_run(d, title)
+        if not paths:
+            raise UsageError(f"{d}: no monitor data (queue.csv, rate.csv, ...) to plot")
+        return paths
+    return make_report(d, title)

@@ -11,7 +11,7 @@ import socket
 import struct
 import time
 
-from buffersizing import netns
+from topologies import netns
 
 NLMSG_ERROR = 2
 NLM_F_REQUEST = 1

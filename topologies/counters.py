@@ -11,7 +11,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from monitors.netlink import NLM_F_REQUEST, NLMSG, RouteSocket, attrs, check_answer
+from topologies.netlink import NLM_F_REQUEST, NLMSG, RouteSocket, attrs, check_answer
 
 RTM_NEWLINK = 16
 RTM_GETLINK = 18
@@ -52,6 +52,12 @@ class InterfaceCounters:
 
     def close(self) -> None:
         self.nl.close()
+
+    def __enter__(self) -> InterfaceCounters:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def rate_mbps(a: CounterSample, b: CounterSample) -> float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from buffersizing import runstate
+from topologies import ledger
 
 
 def _proc_path(name: str) -> Path:
@@ -25,7 +25,7 @@ def write(name: str, value: str) -> None:
 
 
 def _originals_path() -> Path:
-    return runstate.STATE_DIR / runstate.GLOBAL_SYSCTLS
+    return ledger.STATE_DIR / ledger.GLOBAL_SYSCTLS
 
 
 def _load_originals() -> dict[str, str]:
@@ -35,9 +35,9 @@ def _load_originals() -> dict[str, str]:
         return {}
 
 
-def set_global(state: runstate.RunState, name: str, value: str) -> None:
+def set_global(state: ledger.RunState, name: str, value: str) -> None:
     """Change a global sysctl for the duration of the run."""
-    with runstate.state_lock():
+    with ledger.state_lock():
         originals = _load_originals()
         if name not in originals:
             originals[name] = read(name)
@@ -48,10 +48,17 @@ def set_global(state: runstate.RunState, name: str, value: str) -> None:
         write(name, value)
 
 
-def raise_global(state: runstate.RunState, name: str, minimum: int) -> None:
-    """Make a numeric global sysctl at least `minimum`, never lowering it."""
-    if int(read(name)) < minimum:
-        set_global(state, name, str(minimum))
+def raise_global(state: ledger.RunState, name: str, minimum: int) -> None:
+    """Make a numeric global sysctl at least `minimum`, never lowering it.
+
+    If another live run already raised it, this run records it too, so the first of the two to end
+    does not restore the original under the other.
+    """
+    with ledger.state_lock():
+        raised_by_another = name in _load_originals()
+    current = int(read(name))
+    if current < minimum or raised_by_another:
+        set_global(state, name, str(max(current, minimum)))
 
 
 def _restore(names: set[str]) -> list[str]:
@@ -67,12 +74,12 @@ def _restore(names: set[str]) -> list[str]:
     return done
 
 
-def release_globals(state: runstate.RunState) -> list[str]:
+def release_globals(state: ledger.RunState) -> list[str]:
     """Called under the state lock when a run ends: restore what no other live run still needs."""
-    still_needed = {n for s in runstate.live_runs(exclude=state.run_id) for n in s.global_sysctls}
+    still_needed = {n for s in ledger.live_runs(exclude=state.run_id) for n in s.global_sysctls}
     return _restore(set(state.global_sysctls) - still_needed)
 
 
 def restore_orphaned_globals() -> list[str]:
-    still_needed = {n for s in runstate.live_runs() for n in s.global_sysctls}
+    still_needed = {n for s in ledger.live_runs() for n in s.global_sysctls}
     return _restore(set(_load_originals()) - still_needed)

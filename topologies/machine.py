@@ -9,25 +9,36 @@ from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
 
-from buffersizing import netns
-from buffersizing.config import available_congestion_controls
-from buffersizing.errors import MachineError
-from buffersizing.proc import run
+from topologies import netns
+from topologies.cleanup import teardown
 from topologies.delay import HELPER
+from topologies.errors import MachineError
+from topologies.ledger import RunState
+from topologies.proc import run
+from topologies.tracefs import tracefs_root, tracepoints
 
-TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
-TRACEPOINTS = ("qdisc/qdisc_dequeue", "qdisc/qdisc_enqueue", "net/net_dev_xmit", "tcp/tcp_probe")
+__all__ = ["tracefs_root", "tracepoints"]  # re-exported: the machine's facts in one place
 # Each qdisc with the fewest arguments it accepts.
 QDISCS = {"htb": [], "tbf": ["rate", "1mbit", "burst", "3028", "limit", "10000"], "bfifo": [], "netem": []}
 REQUIRED_TOOLS = ("ip", "tc", "bridge", "ethtool", "nsenter", "ping", "ss")
 
 
+def available_congestion_controls() -> list[str]:
+    try:
+        text = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text()
+    except OSError:
+        return []
+    return text.split()
+
+
 @cache
 def qdisc_support() -> dict[str, bool]:
-    """Try each qdisc on the loopback of a throwaway namespace (recognised by `bufsize clean`)."""
-    probe = f"{netns.PREFIX}probe-{os.getpid()}"
-    netns.add_many([probe])
+    """Try each qdisc on the loopback of a throwaway namespace, recorded in its own ledger first."""
+    state = RunState.create()
+    probe = f"{state.ns_prefix}probe"
+    state.add_namespaces([probe])
     try:
+        netns.add_many([probe])
         found = {}
         for kind, args in QDISCS.items():
             res = run(
@@ -38,23 +49,7 @@ def qdisc_support() -> dict[str, bool]:
             run(["tc", "-n", probe, "qdisc", "del", "dev", "lo", "root"], check=False)
         return found
     finally:
-        netns.delete(probe)
-
-
-def tracefs_root() -> str | None:
-    for root in TRACEFS_CANDIDATES:
-        if os.path.isdir(os.path.join(root, "events")):
-            return root
-    return None
-
-
-def tracepoints() -> dict[str, bool]:
-    """Which tracepoints exist. tracefs is mounted if the kernel has it but nobody mounted it."""
-    root = tracefs_root()
-    if root is None and os.path.isdir("/sys/kernel/tracing"):
-        run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"], check=False)
-        root = tracefs_root()
-    return {tp: bool(root) and os.path.isdir(os.path.join(root, "events", tp)) for tp in TRACEPOINTS}
+        teardown(state)
 
 
 def kernel_has_module(name: str) -> bool:
@@ -116,6 +111,11 @@ def resolve_backend(requested: str, qdiscs: dict[str, bool], delayline_built: bo
     if delayline_built:
         return "delayline"
     raise MachineError("no delay backend: the kernel has no netem and the delay line is not built (run ./setup.sh)")
+
+
+def delay_backend(requested: str) -> str:
+    """The backend a run will use on this machine for `--delay-backend requested`."""
+    return resolve_backend(requested, qdisc_support(), HELPER.exists())
 
 
 def probe() -> Capabilities:

@@ -4,29 +4,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
-from buffersizing import FRAME_BYTES
-from buffersizing.errors import UsageError
+from topologies import FRAME_BYTES
+from topologies.errors import UsageError
+from topologies.machine import available_congestion_controls
+from topologies.units import check_buffer_bytes, check_number
 
 MAX_HOSTS = 400
 MAX_RATE_MBPS = 10_000.0
 MAX_RTT_MS = 10_000.0
-MAX_BUFFER_BYTES = 1 << 30  # bfifo limit is a u32; 1 GiB is far beyond any sensible buffer
 SHAPERS = ("htb", "tbf")
 # Bytes the shaper may send ahead of its rate. HTB: one frame, so the link never runs faster than C
 # even after an idle spell; TBF needs two, with one it falls ~8% short of C on this kernel
 # (bench/results/shaper-fidelity.md).
 SHAPER_BURST = {"htb": FRAME_BYTES, "tbf": 2 * FRAME_BYTES}
 DELAY_BACKENDS = ("auto", "netem", "delayline")
-
-
-def available_congestion_controls() -> list[str]:
-    try:
-        text = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text()
-    except OSError:
-        return []
-    return text.split()
 
 
 def parse_rtts(spec: str, hosts: int) -> list[float]:
@@ -57,13 +49,6 @@ def parse_rtts(spec: str, hosts: int) -> list[float]:
     return values
 
 
-def check_number(name: str, value: float, lo: float, hi: float, lo_inclusive: bool = False) -> None:
-    ok = math.isfinite(value) and (value >= lo if lo_inclusive else value > lo) and value <= hi
-    if not ok:
-        low = f">= {lo:g}" if lo_inclusive else f"> {lo:g}"
-        raise UsageError(f"{name} {value:g}: must be {low} and <= {hi:g}")
-
-
 @dataclass
 class DumbbellConfig:
     """A dumbbell: `hosts` senders -> switch -> receiver, bottleneck at the switch's receiver port."""
@@ -90,11 +75,8 @@ class DumbbellConfig:
             raise UsageError(f"--rtt-ms: {len(self.rtt_ms)} values for {self.hosts} hosts")
         for v in self.rtt_ms:
             check_number("--rtt-ms", v, 0, MAX_RTT_MS, lo_inclusive=True)
-        if self.buffer_bytes is not None and not FRAME_BYTES <= self.buffer_bytes <= MAX_BUFFER_BYTES:
-            raise UsageError(
-                f"buffer {self.buffer_bytes} bytes: must be at least one packet ({FRAME_BYTES} bytes)"
-                f" and at most {MAX_BUFFER_BYTES} bytes"
-            )
+        if self.buffer_bytes is not None:
+            check_buffer_bytes(self.buffer_bytes)
         if self.shaper not in SHAPERS:
             raise UsageError(f"--shaper {self.shaper}: must be one of {', '.join(SHAPERS)}")
         if self.delay_backend not in DELAY_BACKENDS:
@@ -121,15 +103,3 @@ class DumbbellConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def buffer_from_args(buffer_bytes: int | None, buffer_packets: float | None) -> int | None:
-    if buffer_bytes is not None and buffer_packets is not None:
-        raise UsageError("give --buffer-bytes or --buffer-packets, not both")
-    if buffer_packets is not None:
-        if not math.isfinite(buffer_packets) or buffer_packets < 1:
-            raise UsageError(f"--buffer-packets {buffer_packets:g}: must be at least 1 packet")
-        return int(round(buffer_packets * FRAME_BYTES))
-    if buffer_bytes is not None and buffer_bytes < FRAME_BYTES:
-        raise UsageError(f"--buffer-bytes {buffer_bytes}: must be at least one packet ({FRAME_BYTES} bytes)")
-    return buffer_bytes

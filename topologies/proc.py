@@ -8,7 +8,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 
-from buffersizing.errors import RunError
+from topologies.errors import RunError
 
 
 def run(

@@ -1,8 +1,9 @@
 """What a run created, written to disk before it is created, so any teardown removes exactly that.
 
 One JSON file per run under STATE_DIR names its namespaces, the processes it started (PID and
-start time, so a recycled PID is never signalled) and the global sysctls it changed. A normal end,
-Ctrl-C, SIGTERM or an exception tears down from it; after SIGKILL `bufsize clean` does.
+start time, so a recycled PID is never signalled), the ftrace instances its monitors made and the
+global sysctls it changed. A normal end, Ctrl-C, SIGTERM or an exception tears down from it
+(topologies.cleanup); after SIGKILL `bufsize clean` does.
 """
 
 from __future__ import annotations
@@ -11,17 +12,20 @@ import fcntl
 import json
 import os
 import secrets
-import shutil
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from buffersizing import netns
-from buffersizing.proc import is_same_process, start_time, stop_process
+from topologies import netns
+from topologies.proc import is_same_process, start_time
 
 STATE_DIR = Path(os.environ.get("BUFSIZE_STATE_DIR", "/run/bufsize"))
 GLOBAL_SYSCTLS = "global-sysctls.json"
+_SAVE_LOCK = threading.Lock()
+PORT_BLOCK = 1000  # iperf3 needs a port per client process: up to one per host (400)
+PORT_BLOCKS = range(10_000, 60_000, PORT_BLOCK)
 
 
 @contextmanager
@@ -45,6 +49,8 @@ class RunState:
     namespaces: list[str] = field(default_factory=list)
     processes: list[dict] = field(default_factory=list)
     global_sysctls: list[str] = field(default_factory=list)
+    trace_instances: list[str] = field(default_factory=list)  # directories under tracefs instances/
+    port_base: int | None = None  # first of PORT_BLOCK server ports this run's traffic may use
 
     @property
     def path(self) -> Path:
@@ -54,6 +60,11 @@ class RunState:
     def workdir(self) -> Path:
         """Scratch files of the run (delay-line map and stats); removed with it."""
         return STATE_DIR / f"run-{self.run_id}"
+
+    @property
+    def ns_prefix(self) -> str:
+        """Every namespace of this run is named <prefix><node>."""
+        return f"{netns.PREFIX}{self.run_id}-"
 
     @classmethod
     def create(cls) -> RunState:
@@ -75,9 +86,11 @@ class RunState:
         return cls(**data)
 
     def save(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=1))
-        os.replace(tmp, self.path)
+        # Monitors record their trace instances from their own threads: one writer at a time.
+        with _SAVE_LOCK:
+            tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(asdict(self), indent=1))
+            os.replace(tmp, self.path)
 
     def owner_alive(self) -> bool:
         return is_same_process(self.owner_pid, self.owner_start)
@@ -94,6 +107,27 @@ class RunState:
         self.processes = [p for p in self.processes if p["pid"] != pid]
         self.save()
 
+    def ports(self) -> range:
+        """This run's block of server ports, allocated on first use: tracepoints that filter by port
+        (the cwnd monitor) then see only this run's flows, whatever else runs on the machine."""
+        if self.port_base is None:
+            with state_lock():
+                used = {s.port_base for s in live_runs(exclude=self.run_id)}
+                self.port_base = next((b for b in PORT_BLOCKS if b not in used), None)
+                if self.port_base is None:
+                    raise RuntimeError(f"all {len(PORT_BLOCKS)} port blocks are taken by live runs")
+                self.save()
+        return range(self.port_base, self.port_base + PORT_BLOCK)
+
+    def add_trace_instance(self, path: Path) -> None:
+        if str(path) not in self.trace_instances:
+            self.trace_instances.append(str(path))
+            self.save()
+
+    def forget_trace_instance(self, path: Path) -> None:
+        self.trace_instances = [p for p in self.trace_instances if p != str(path)]
+        self.save()
+
 
 def all_states() -> list[RunState]:
     states = []
@@ -107,65 +141,3 @@ def all_states() -> list[RunState]:
 
 def live_runs(exclude: str | None = None) -> list[RunState]:
     return [s for s in all_states() if s.run_id != exclude and s.owner_alive()]
-
-
-def teardown(state: RunState) -> list[str]:
-    """Remove everything the run recorded, in reverse order of creation. Returns what was removed."""
-    from buffersizing import sysctl
-
-    removed: list[str] = []
-    for p in reversed(state.processes):
-        if stop_process(p["pid"], p["start"]):
-            removed.append(f"process {p['pid']} ({p['what']})")
-    for ns in reversed(state.namespaces):
-        if netns.exists(ns):
-            removed += remove_namespace(ns)
-    with state_lock():
-        removed += sysctl.release_globals(state)
-        shutil.rmtree(state.workdir, ignore_errors=True)
-        state.path.unlink(missing_ok=True)
-    return removed
-
-
-def remove_namespace(ns: str) -> list[str]:
-    """Stop what runs inside one of the toolkit's namespaces (started by the run that made it), then delete it."""
-    removed = []
-    for pid in netns.pids_in(ns):
-        if stop_process(pid, start_time(pid), grace=1.0):
-            removed.append(f"process {pid} (in {ns})")
-    netns.delete(ns)
-    return [*removed, f"namespace {ns}"]
-
-
-def clean_leftovers() -> list[str]:
-    """What `bufsize clean` does: tear down runs whose owner is gone, then orphaned bsz- namespaces."""
-    from buffersizing import sysctl
-
-    removed: list[str] = []
-    for st in all_states():
-        if not st.owner_alive():
-            removed += teardown(st)
-    live_ns = {n for s in live_runs() for n in s.namespaces}
-    for ns in netns.list_ns():
-        if ns.startswith(netns.PREFIX) and ns not in live_ns:
-            removed += remove_namespace(ns)
-    with state_lock():
-        removed += sysctl.restore_orphaned_globals()
-    return removed + remove_stale_trace_instances()
-
-
-def remove_stale_trace_instances() -> list[str]:
-    """ftrace instances bsz-<what>-<pid> (monitors/fidelity.py, monitors/cwnd.py) whose process is gone."""
-    from buffersizing.capabilities import tracefs_root
-
-    root = tracefs_root()
-    removed = []
-    for d in sorted(Path(root).glob("instances/bsz-*-*")) if root else []:
-        pid = d.name.rsplit("-", 1)[1]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            try:
-                d.rmdir()
-                removed.append(f"trace instance {d.name}")
-            except OSError:
-                continue
-    return removed

@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from contextlib import contextmanager
 
-from buffersizing.proc import run
+from topologies.proc import run
 
 NETNS_DIR = "/run/netns"
 # Every namespace the toolkit creates starts with this prefix; `bufsize clean` relies on it.

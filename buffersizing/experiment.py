@@ -1,0 +1,234 @@
+"""The scaffold every experiment on the dumbbell shares: build, traffic, monitors, flags, result directory.
+
+    with Experiment(cfg, backend, "search", out, say) as ex:   # builds; drop monitor on
+        flows = ex.start_flows(n, tool)                        # flows up; recorder on
+        ex.warm_up(seconds)
+        ex.trace_fidelity(seconds)
+        ... the experiment's own measurements ...
+    result = ex.finish(fields, flags, reference=..., cpu_idle_min=...)   # common flags, manifest, files
+
+On the way out (normally or not) the recorder, the flows and the drop monitor stop in that order,
+then the dumbbell is torn down. If the block raised and there is an output directory, the data
+recorded so far and an error.json are written before the exception goes on.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+from buffersizing.manifest import machine_manifest
+from buffersizing.resultdir import write_json_atomic
+from buffersizing.traffic import FlowStart, LongFlows
+from monitors.cpu import MIN_IDLE
+from monitors.drops import DropMonitor, DropSummary
+from monitors.fidelity import FidelityMonitor
+from monitors.plots import plot_run, write_fidelity_csv
+from monitors.recorder import Recorder, Recording, summary, write_csvs
+from topologies.config import DumbbellConfig
+from topologies.dumbbell import Dumbbell
+from topologies.errors import RunError
+
+GOOD_REFERENCE = 0.97  # of the nominal rate: below this the result is flagged
+MAX_FIDELITY_GT10 = 0.10  # fraction of gaps >10 % off ideal above which pacing is flagged (2012: 6-8 %)
+MIN_QUEUE_HZ = 90  # the queue monitor is meant to run at 100 Hz; below this it fell behind
+
+Say = Callable[[str], None]
+
+
+def stderr_say(s: str) -> None:
+    print(s, file=sys.stderr, flush=True)
+
+
+class Experiment:
+    def __init__(
+        self,
+        cfg: DumbbellConfig,
+        backend: str,
+        kind: str,
+        out: Path | None = None,
+        say: Say | None = None,
+        require_recorder: bool = False,
+    ) -> None:
+        self.cfg, self.backend, self.kind, self.out = cfg, backend, kind, out
+        self.say: Say = say or stderr_say
+        self.require_recorder = require_recorder
+        self.net: Dumbbell | None = None
+        self.flows: LongFlows | None = None
+        self.started: FlowStart | None = None
+        self.recorder: Recorder | None = None
+        self.recording: Recording | None = None
+        self.drop_monitor: DropMonitor | None = None
+        self.drops: DropSummary | None = None
+        self.fidelity: dict = {"available": False, "reason": "not traced"}
+        self.departures: list[float] = []
+        self.congestion_controls: dict[str, int] = {}
+        self.partial: Callable[[], dict] = dict  # the experiment's own data so far, saved if it fails
+        self.t_wall = time.monotonic()
+
+    # ---- life cycle --------------------------------------------------------------------------
+
+    def __enter__(self) -> Experiment:
+        self.t_wall = time.monotonic()
+        self.net = Dumbbell(self.cfg, self.backend).__enter__()
+        try:
+            self.drop_monitor = DropMonitor(self.net).start()
+        except BaseException:
+            self.net.stop()
+            raise
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        net = self.net
+        assert net is not None
+        try:
+            if self.flows is not None and exc is None:
+                self.congestion_controls = self.flows.congestion_controls()
+            if self.recorder is not None:
+                self.recording = self.recorder.stop()
+            if self.flows is not None:
+                self.flows.stop()
+            if self.drop_monitor is not None and exc is None:
+                self.drops = self.drop_monitor.stop()
+        finally:
+            net.stop()
+            if exc is not None and self.out is not None:
+                self.save_failure(exc)
+
+    def start_flows(self, n: int, tool: str = "iperf") -> LongFlows:
+        """Start N long-lived flows (all established before any data), then the recorder on them."""
+        assert self.net is not None
+        self.flows = LongFlows(self.net, n, tool)
+        self.started = self.flows.start()
+        self.say(f"  {self.started.established} flows established in {self.started.seconds_to_all_established} s")
+        ports = range(min(self.flows.ports), max(self.flows.ports) + 1) if self.flows.ports else None
+        try:
+            self.recorder = Recorder(self.net.bottleneck, ports, self.net.state).start()
+        except (OSError, LookupError) as e:
+            if self.require_recorder:
+                raise RunError(f"the queue monitor could not start: {e}") from e
+            self.say(f"  queue monitor not started: {e}")
+        return self.flows
+
+    def warm_up(self, seconds: float, where: str = "") -> None:
+        self.say(f"  warming up {seconds:.0f} s{' ' + where if where else ''}")
+        time.sleep(seconds)
+
+    def trace_fidelity(self, seconds: float) -> dict:
+        """Departures from the bottleneck for `seconds` (0: skip), summarized as in the 2012 figure."""
+        assert self.net is not None
+        if seconds <= 0:
+            self.fidelity = {"available": False, "reason": "skipped (--fidelity-s 0)"}
+            return self.fidelity
+        with FidelityMonitor(self.net.bottleneck.dev, self.cfg.rate_mbps, self.net.state) as mon:
+            time.sleep(seconds)
+            self.fidelity, self.departures = mon.stop()
+        return self.fidelity
+
+    # ---- the result --------------------------------------------------------------------------
+
+    def monitors_summary(self) -> dict:
+        return summary(self.recording) if self.recording else {"error": "queue monitor could not start"}
+
+    def flags(self, reference_mbps: float | None, cpu_idle_min: float | None) -> dict[str, bool | None]:
+        """The validity checks every experiment makes; None where a check could not be made."""
+        assert self.started is not None and self.drops is not None
+        monitors = self.monitors_summary()
+        queue_hz = monitors.get("queue", {}).get("rate_hz")
+        fid = self.fidelity
+        return {
+            "reference_near_nominal": (
+                reference_mbps >= GOOD_REFERENCE * self.cfg.rate_mbps if reference_mbps is not None else None
+            ),
+            "flows_held_until_all_up": self.started.held_until_all_up,
+            "congestion_control_as_asked": set(self.congestion_controls) == {self.cfg.cc},
+            "no_drops_outside_bottleneck": self.drops.outside_total == 0,
+            "cpu_idle_enough": cpu_idle_min is None or cpu_idle_min >= MIN_IDLE,
+            "pacing_fidelity_ok": fid["frac_gt10"] <= MAX_FIDELITY_GT10 if fid.get("available") else None,
+            "queue_monitor_kept_up": not monitors.get("error") and queue_hz is not None and queue_hz >= MIN_QUEUE_HZ,
+        }
+
+    def finish(
+        self,
+        fields: dict,
+        own_flags: dict[str, bool | None],
+        reference_mbps: float | None,
+        cpu_idle_min: float | None,
+        options: dict,
+        write_extra: Callable[[Path], None] | None = None,
+    ) -> dict:
+        """The result: the experiment's fields and flags, then what every result carries; written to --out."""
+        assert self.started is not None and self.drops is not None
+        flags = own_flags | self.flags(reference_mbps, cpu_idle_min)
+        result = {
+            "kind": self.kind,
+            "flows": self.started.flows,
+            "hosts": self.cfg.hosts,
+            "cc": self.cfg.cc,
+            "nominal_rate_mbps": self.cfg.rate_mbps,
+            "reference_rate_mbps": round(reference_mbps, 3) if reference_mbps is not None else None,
+            **fields,
+            "valid": all(v is not False for v in flags.values()),
+            "flags": flags,
+            "wall_seconds": round(time.monotonic() - self.t_wall, 1),
+            "delay_backend": self.backend,
+            "flows_start": asdict(self.started) | {"congestion_controls_seen": self.congestion_controls},
+            "fidelity": self.fidelity,
+            "drops": self.drops.to_dict(),
+            "monitors": self.monitors_summary(),
+            "options": options,
+            "config": self.cfg.to_dict(),
+            "manifest": machine_manifest(self.backend, self.cfg.cc, self.cfg.shaper),
+        }
+        if self.out is not None:
+            self.write(result, write_extra)
+        return result
+
+    def write(self, result: dict, write_extra: Callable[[Path], None] | None = None) -> None:
+        out = self.out
+        assert out is not None
+        self.write_data(write_extra)
+        write_json_atomic(out / "result.json", result)
+        (out / "error.json").unlink(missing_ok=True)
+        try:
+            plot_run(out)
+        except Exception as e:  # plots are a convenience; the data and result are already written
+            self.say(f"  plots not drawn: {type(e).__name__}: {e}")
+
+    def write_data(self, write_extra: Callable[[Path], None] | None = None) -> None:
+        out = self.out
+        assert out is not None
+        out.mkdir(parents=True, exist_ok=True)
+        if write_extra is not None:
+            write_extra(out)
+        if self.recording is not None:
+            write_csvs(self.recording, out)
+        if self.departures:
+            write_fidelity_csv(self.departures, self.cfg.rate_mbps, out / "fidelity.csv")
+
+    def save_failure(self, exc: BaseException) -> None:
+        """The data so far and error.json; never raises over the exception that brought us here."""
+        assert self.out is not None
+        try:
+            self.write_data()
+            partial = self.partial()
+        except Exception as e:  # noqa: BLE001 - best effort while another exception is in flight
+            partial = {"note": f"partial data could not be collected: {type(e).__name__}: {e}"}
+        error = {
+            "kind": self.kind,
+            "error": str(exc) or type(exc).__name__,
+            "type": type(exc).__name__,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+            "wall_seconds": round(time.monotonic() - self.t_wall, 1),
+            "traceback": traceback.format_exception(exc)[-3:],
+            "config": self.cfg.to_dict(),
+            "partial": partial,
+        }
+        try:
+            write_json_atomic(self.out / "error.json", error)
+        except OSError as e:
+            self.say(f"  could not write {self.out}/error.json: {e}")

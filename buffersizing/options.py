@@ -1,0 +1,148 @@
+"""Command-line options shared by several commands, declared once, and their conversion to configs.
+
+Values are checked where they are used (DumbbellConfig.validate, SearchOptions.validate,
+MeasureOptions.validate, SweepSpec.validate), before anything is created; this module only
+parses and converts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from topologies import FRAME_BYTES
+from topologies.config import DELAY_BACKENDS, SHAPERS, DumbbellConfig, parse_rtts
+from topologies.errors import UsageError
+
+
+def add_link_args(p: argparse.ArgumentParser, rate: float | None = 62.5, rtt: str | None = "87",
+                  cc: str | None = "reno") -> None:  # fmt: skip
+    """The bottleneck, the delay and the hosts' TCP: what every command that builds a dumbbell takes."""
+    p.add_argument("--rate-mbps", type=float, default=rate, help=f"bottleneck rate C (default {rate or 62.5:g})")
+    p.add_argument(
+        "--rtt-ms",
+        default=rtt,
+        help=f"RTT per sender host: 87, a list 20,40 (one per host) or a range 20..300 (default {rtt or 87})",
+    )
+    p.add_argument("--cc", default=cc, help=f"TCP congestion control on every host (default {cc or 'reno'})")
+    p.add_argument(
+        "--shaper",
+        choices=SHAPERS,
+        default="htb",
+        help="bottleneck shaper (default htb; pacing of both: bench/results/shaper-fidelity-routed.md)",
+    )
+    p.add_argument("--burst-bytes", type=int, help="shaper burst in bytes (default: htb 1514, tbf 3028)")
+    p.add_argument(
+        "--delay-backend",
+        choices=DELAY_BACKENDS,
+        default="auto",
+        help="propagation delay: netem, the userspace delay line, or auto (netem if the kernel has it)",
+    )
+    p.add_argument("--access-mbps", type=float, default=1000.0, help="access link rate, 0 = unshaped (default 1000)")
+
+
+def add_topology_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--hosts", type=int, default=2, help="sender hosts, 1 to 400 (default 2)")
+    add_link_args(p)
+    p.add_argument("--buffer-bytes", type=int, help="bottleneck buffer (bfifo limit) in bytes (default: BDP)")
+    p.add_argument("--buffer-packets", type=float, help="bottleneck buffer in 1514-byte packets")
+
+
+def add_flows_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--flows", type=int, default=10, help="long-lived flows, 1 to 800, split evenly over the hosts")
+
+
+def add_tool_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tool", choices=("iperf", "iperf3"), default="iperf", help="traffic generator (default iperf 2.1)")
+
+
+def add_result_args(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--out", help=f"directory for {what}")
+    p.add_argument("--force", action="store_true", help="overwrite an existing result in --out")
+    p.add_argument("--json", action="store_true", help="print the result JSON instead of progress")
+
+
+def add_search_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", type=float, default=0.99, help="utilization to keep (default 0.99)")
+    p.add_argument(
+        "--relative-to",
+        choices=("reference", "nominal"),
+        default="reference",
+        help="utilization of the rate measured with a 2-BDP buffer (default) or of the configured rate",
+    )
+    p.add_argument("--samples", type=int, default=5, help="utilization samples per probe; decisions use the median")
+    p.add_argument("--settle-s", type=float, help="seconds after a buffer change (default: one congestion cycle)")
+    p.add_argument("--sample-s", type=float, help="seconds per sample (default: one congestion cycle, 1 to 30 s)")
+    p.add_argument(
+        "--resolution",
+        type=float,
+        default=0.05,
+        help="stop when the bracket is within this fraction of the answer, or one packet (default 0.05)",
+    )
+    p.add_argument("--no-first-guess", action="store_true", help="do not probe RTT*C/sqrt(N) first")
+    add_tool_arg(p)
+    p.add_argument("--fidelity-s", type=float, default=2.0, help="seconds of pacing trace at calibration (0: skip)")
+
+
+def add_measure_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--duration", type=float, default=60.0, help="seconds measured at each buffer (default 60)")
+    p.add_argument("--settle-s", type=float, help="seconds after a buffer change before measuring (default: >= 20 RTT)")
+    p.add_argument("--sample-s", type=float, default=1.0, help="length of each utilization sample (default 1)")
+    p.add_argument(
+        "--reference-s", type=float, default=10.0, help="seconds at 2 BDP measuring the link's best (0: skip)"
+    )
+    p.add_argument("--fidelity-s", type=float, default=2.0, help="seconds of pacing trace (0: skip)")
+    add_tool_arg(p)
+
+
+def buffer_from_args(buffer_bytes: int | None, buffer_packets: float | None) -> int | None:
+    """--buffer-bytes or --buffer-packets (whole frames of 1514 bytes) as bytes; None if neither."""
+    if buffer_bytes is not None and buffer_packets is not None:
+        raise UsageError("give --buffer-bytes or --buffer-packets, not both")
+    if buffer_packets is not None:
+        if not math.isfinite(buffer_packets) or buffer_packets < 1:
+            raise UsageError(f"--buffer-packets {buffer_packets:g}: must be at least 1 packet")
+        return int(round(buffer_packets * FRAME_BYTES))
+    if buffer_bytes is not None and buffer_bytes < FRAME_BYTES:
+        raise UsageError(f"--buffer-bytes {buffer_bytes}: must be at least one packet ({FRAME_BYTES} bytes)")
+    return buffer_bytes
+
+
+def link_config(a: argparse.Namespace, hosts: int, buffer_bytes: int | None = None) -> DumbbellConfig:
+    """A validated dumbbell of `hosts` senders from the link options."""
+    cfg = DumbbellConfig(
+        hosts=hosts,
+        rate_mbps=a.rate_mbps,
+        rtt_ms=parse_rtts(a.rtt_ms, hosts),
+        buffer_bytes=buffer_bytes,
+        shaper=a.shaper,
+        delay_backend=a.delay_backend,
+        burst_bytes=a.burst_bytes,
+        cc=a.cc,
+        access_mbps=a.access_mbps,
+    )
+    cfg.validate()
+    return cfg
+
+
+def config_from_args(a: argparse.Namespace) -> DumbbellConfig:
+    if not 1 <= a.hosts <= 400:  # before parse_rtts, which would spread a range over them
+        raise UsageError(f"--hosts {a.hosts}: must be a whole number from 1 to 400")
+    return link_config(a, a.hosts, buffer_from_args(a.buffer_bytes, a.buffer_packets))
+
+
+def parse_float_list(name: str, text: str) -> list[float]:
+    try:
+        vals = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError as e:
+        raise UsageError(f"{name} {text}: expected numbers separated by commas, like 0.5,1,2,3") from e
+    if not vals or any(not (math.isfinite(v) and v > 0) for v in vals):
+        raise UsageError(f"{name} {text}: expected positive numbers")
+    return vals
+
+
+def parse_flow_list(text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError as e:
+        raise UsageError(f"--flows {text}: expected whole numbers separated by commas, like 2,10,50") from e

@@ -1,0 +1,103 @@
+"""The dumbbell's description and the ip/tc/bridge lines it generates, checked without root or a network."""
+
+from __future__ import annotations
+
+import pytest
+
+from topologies import FRAME_BYTES
+from topologies.config import DumbbellConfig
+from topologies.description import NO_BRIDGE_NETFILTER, DumbbellPlan, host_ip, host_mac
+
+RUN_ID = "abc123"
+PREFIX = f"bsz-{RUN_ID}-"
+BOTTLENECK_DEV = "s1-abc123"
+
+
+def plan(backend: str, **kw) -> DumbbellPlan:
+    cfg = DumbbellConfig(**({"hosts": 3, "rtt_ms": [20.0, 40.0, 87.0]} | kw))
+    return DumbbellPlan(cfg, backend, RUN_ID)
+
+
+def test_names_and_addresses_follow_the_prefix_and_host_index():
+    p = plan("delayline")
+    assert p.bottleneck_dev == p.bottleneck.dev == BOTTLENECK_DEV  # named after the run: traces filter by name
+    assert p.namespaces == [PREFIX + "s1", PREFIX + "r1", PREFIX + "d1"] + [f"{PREFIX}h{i}" for i in (1, 2, 3)]
+    assert [h.ip for h in p.hosts] == ["10.0.1.1", "10.0.1.2", "10.0.1.3"]
+    assert host_ip(300) == "10.0.2.44" and host_mac(300) == "02:bf:00:01:01:2c"
+    assert p.delay_map() == [("10.0.1.1", 20.0), ("10.0.1.2", 40.0), ("10.0.1.3", 87.0)]
+    assert plan("netem").delay_ns is None and len(plan("netem").namespaces) == 5
+    with pytest.raises(ValueError, match="resolved"):
+        plan("auto")
+
+
+def test_links_put_the_delay_line_between_bottleneck_and_receiver_only_with_that_backend():
+    dl = plan("delayline").links().splitlines()
+    assert len(dl) == 3 + 2
+    assert dl[0] == (
+        f"link add name h1-eth0 address 02:bf:00:01:00:01 netns {PREFIX}h1 type veth peer name s1-eth1 netns {PREFIX}s1"
+    )
+    assert f"name {BOTTLENECK_DEV} " in dl[3] and f"peer name d1-eth0 netns {PREFIX}d1" in dl[3]
+    assert dl[4].startswith(f"link add name d1-eth1 netns {PREFIX}d1") and f"netns {PREFIX}r1" in dl[4]
+    ne = plan("netem").links().splitlines()
+    assert len(ne) == 4 and f"peer name r1-eth0 address 02:bf:00:00:00:01 netns {PREFIX}r1" in ne[3]
+    # Offloads go off on both ends of every pair: 2 per host, bottleneck + receiver, 2 delay-line ends.
+    assert len(plan("delayline").interfaces()) == 2 * 3 + 2 + 2
+
+
+def test_sysctls_name_the_congestion_control_and_bridge_netfilter_only_where_loaded():
+    p = plan("delayline", cc="cubic")
+    by_ns = dict(p.sysctls(bridge_netfilter_loaded=False))
+    assert "net.ipv4.tcp_congestion_control=cubic" in by_ns[PREFIX + "h2"]
+    assert "net.ipv4.ip_forward=1" in by_ns[PREFIX + "s1"]
+    assert not set(NO_BRIDGE_NETFILTER) & set(by_ns[PREFIX + "s1"])
+    assert set(NO_BRIDGE_NETFILTER) <= set(dict(p.sysctls(bridge_netfilter_loaded=True))[PREFIX + "s1"])
+
+
+def test_static_neighbours_routes_and_forwarding_entries():
+    p = plan("delayline")
+    jobs = {argv[2]: text for argv, text in p.addresses()}
+    switch = jobs[PREFIX + "s1"]
+    assert f"route add 10.0.0.1/32 dev {BOTTLENECK_DEV}" in switch
+    assert "neigh replace 10.0.1.3 lladdr 02:bf:00:01:00:03 dev br0 nud permanent" in switch
+    assert "neigh replace 10.0.0.1 lladdr 02:bf:00:00:ff:fe dev h1-eth0 nud permanent" in jobs[PREFIX + "h1"]
+    assert jobs[PREFIX + "d1"] == "link set d1-eth0 up\nlink set d1-eth1 up\n"
+    argv, fdb = p.forwarding_entries()
+    assert argv == ["bridge", "-n", PREFIX + "s1", "-batch", "-"]
+    assert fdb.splitlines() == [f"fdb replace {host_mac(i)} dev s1-eth{i} master static" for i in (1, 2, 3)]
+
+
+def test_qdiscs_netem_half_rtt_each_way_and_none_on_the_bottleneck():
+    p = plan("netem", buffer_bytes=50 * FRAME_BYTES)
+    jobs = {argv[2]: text.splitlines() for argv, text in p.qdiscs()}
+    assert jobs[PREFIX + "h2"] == [
+        "qdisc add dev h2-eth0 root handle 1: netem delay 20000us limit 100000 rate 1000000000bit"
+    ]
+    switch = jobs[PREFIX + "s1"]
+    assert switch[0] == f"qdisc add dev {BOTTLENECK_DEV} root handle 1: htb default 1"
+    assert "classid 1:1 htb rate 62500000bit ceil 62500000bit burst 1514 cburst 1514" in switch[1]
+    assert switch[2] == f"qdisc add dev {BOTTLENECK_DEV} parent 1:1 handle 10: bfifo limit {50 * FRAME_BYTES}"
+    assert switch[3:] == [f"qdisc add dev s1-eth{i} root handle 1: netem delay {d}us limit 100000" for i, d in
+                          ((1, 10000), (2, 20000), (3, 43500))]  # fmt: skip
+    assert not [line for line in switch if BOTTLENECK_DEV in line and "netem" in line]
+
+
+def test_qdiscs_delay_line_backend_shapes_access_links_without_netem():
+    p = plan("delayline", shaper="tbf")
+    jobs = {argv[2]: text for argv, text in p.qdiscs()}
+    assert "netem" not in "".join(jobs.values())
+    assert (
+        jobs[PREFIX + "h1"]
+        == f"qdisc add dev h1-eth0 root handle 1: tbf rate 1000000000bit burst {10 * FRAME_BYTES} limit 4194304\n"
+    )
+    assert jobs[PREFIX + "s1"].startswith(
+        f"qdisc add dev {BOTTLENECK_DEV} root handle 1: tbf rate 62500000bit burst 3028"
+    )
+    # The default buffer: one BDP at the largest RTT (87 ms at 62.5 Mb/s = 679687 bytes).
+    assert p.bottleneck.buffer_bytes == 679687
+    assert {argv[2] for argv, _ in plan("delayline", access_mbps=0).qdiscs()} == {PREFIX + "s1"}
+
+
+def test_bottleneck_knows_its_handles_and_which_counters_are_its_drops():
+    b = plan("delayline").bottleneck
+    assert (b.leaf_handle, b.class_handle, b.root_handle) == (0x100000, 0x10001, 0x10000)
+    assert b.own_drop_labels() == {"qdisc bfifo 10:", "qdisc htb 1:"}

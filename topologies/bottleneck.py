@@ -1,0 +1,61 @@
+"""The bottleneck: one device in one namespace with the shaper + bfifo tree on its egress.
+
+It owns what callers used to pass around as (namespace, device, handle): changing the buffer in
+place, reading the device's counters and the buffer's statistics, and knowing which qdisc counters
+are the buffer's own drops. Monitors and experiments ask it; only topologies.shaper knows the tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from topologies import shaper
+from topologies.counters import InterfaceCounters
+from topologies.proc import run
+from topologies.qdisc_stats import QdiscReader
+from topologies.units import check_buffer_bytes
+
+
+@dataclass
+class Bottleneck:
+    ns: str
+    dev: str
+    shaper: str  # htb | tbf
+    rate_mbps: float
+    burst_bytes: int
+    buffer_bytes: int
+
+    leaf_handle = shaper.tc_handle(shaper.LEAF)
+    class_handle = shaper.tc_handle(shaper.CLASS)
+    root_handle = shaper.tc_handle(shaper.ROOT)
+
+    def commands(self) -> list[str]:
+        """`tc -batch` lines that build it (run in its namespace)."""
+        return shaper.build_commands(self.dev, self.shaper, self.rate_mbps, self.buffer_bytes, self.burst_bytes)
+
+    def set_buffer(self, buffer_bytes: int) -> None:
+        """Change the bfifo limit in place; nothing else in the tree is touched."""
+        check_buffer_bytes(buffer_bytes)
+        run(shaper.change_buffer_argv(self.ns, self.dev, buffer_bytes))
+        self.buffer_bytes = buffer_bytes
+
+    def counters(self) -> InterfaceCounters:
+        """A reader of the device's byte and packet counters (close it when done)."""
+        return InterfaceCounters(self.ns, self.dev)
+
+    def leaf_reader(self) -> QdiscReader:
+        """A reader of the buffer's backlog, drops and limit, one netlink request per read (close it)."""
+        return QdiscReader(self.ns, self.dev, self.leaf_handle, self.class_handle)
+
+    def leaf_drops(self) -> int:
+        """Packets the buffer has dropped since it was made."""
+        with self.leaf_reader() as r:
+            return r.read().drops
+
+    def qdisc_label(self, handle: int, kind: str) -> str:
+        return f"qdisc {kind} {handle >> 16:x}:"
+
+    def own_drop_labels(self) -> set[str]:
+        """Labels (as monitors.drops names qdiscs) of the counters that count the buffer's drops:
+        the leaf, and the shaper's root, which counts its child's drops again."""
+        return {self.qdisc_label(self.leaf_handle, "bfifo"), self.qdisc_label(self.root_handle, self.shaper)}

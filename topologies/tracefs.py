@@ -1,0 +1,28 @@
+"""Where tracefs is and which tracepoints exist (the fidelity and cwnd monitors use private instances)."""
+
+from __future__ import annotations
+
+import os
+
+from topologies.proc import run
+
+TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+TRACEPOINTS = ("qdisc/qdisc_dequeue", "qdisc/qdisc_enqueue", "net/net_dev_xmit", "tcp/tcp_probe")
+# Private instances are named bsz-<what>-<owner pid>, so a crash's leftovers can be told from a live run's.
+INSTANCE_PREFIX = "bsz-"
+
+
+def tracefs_root() -> str | None:
+    for root in TRACEFS_CANDIDATES:
+        if os.path.isdir(os.path.join(root, "events")):
+            return root
+    return None
+
+
+def tracepoints() -> dict[str, bool]:
+    """Which tracepoints exist. tracefs is mounted if the kernel has it but nobody mounted it."""
+    root = tracefs_root()
+    if root is None and os.path.isdir("/sys/kernel/tracing"):
+        run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"], check=False)
+        root = tracefs_root()
+    return {tp: bool(root) and os.path.isdir(os.path.join(root, "events", tp)) for tp in TRACEPOINTS}
