@@ -7,7 +7,8 @@
  * writes it to the other side. Side A faces the switch, side B the receiver:
  *   A -> B (data): delay chosen by the IPv4 source address (the sender host)
  *   B -> A (acks): delay chosen by the IPv4 destination address
- * Frames that carry no IPv4 header (ARP) get the default delay of their side.
+ * Frames that carry no IPv4 header (ARP) get the default delay of their side. VLAN tags (802.1Q,
+ * QinQ) are looked through for the IPv4 header and leave as they came.
  *
  * Per key the delay is constant and frames leave in arrival order, so a flow is
  * never reordered. Frames of hosts with different delays may overtake each
@@ -17,8 +18,9 @@
  *
  * Usage: bsz-delayline -a IFACE -b IFACE [-f US] [-r US] [-m MAPFILE]
  *                      [-n SLOTS] [-s STATSFILE] [-i MS] [-p RTPRIO] [-w US]
- *   -f/-r   default delay A->B / B->A in microseconds
- *   -m      lines "a.b.c.d fwd_us rev_us": per-host delays
+ *   -f/-r   default delay A->B / B->A in microseconds (all delays: 0 to MAX_DELAY_US)
+ *   -m      lines "a.b.c.d fwd_us rev_us": per-host delays ('#' starts a comment); a map that
+ *           cannot be read exactly as written is refused (exit 2)
  *   -n      frames held at most per direction (default 65536)
  *   -s      stats file, rewritten atomically every -i ms (default 200) and at exit
  *   -p      SCHED_FIFO priority (0 = normal scheduling, the default)
@@ -30,7 +32,9 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <linux/if_ether.h>
 #include <linux/if_packet.h>
+#include <math.h>
 #include <net/ethernet.h>
 #include <net/if.h>
 #include <poll.h>
@@ -52,6 +56,7 @@
 #define FRAME_MAX 2048
 #define MAP_SIZE 8192 /* power of two, > 2 x hosts */
 #define LATE_BUCKETS 2001 /* lateness histogram: 1 us buckets to 2 ms, last one is "more" */
+#define MAX_DELAY_US 3.6e9 /* one hour: far beyond any path, and release times cannot overflow */
 
 struct slot {
 	uint64_t release_ns;
@@ -63,7 +68,7 @@ struct slot {
 struct dir {
 	const char *name;
 	int in_fd, out_fd, out_ifindex;
-	int key_offset;        /* offset of the IPv4 address in the frame */
+	int key_offset;        /* offset of the IPv4 address in the IPv4 header */
 	uint64_t default_ns;
 	struct slot *heap;     /* min-heap on (release_ns, seq) */
 	uint32_t heap_len, cap;
@@ -105,6 +110,9 @@ static uint32_t map_hash(uint32_t ip) { return (ip * 2654435761u) & (MAP_SIZE - 
 
 static struct map_entry *map_find(uint32_t ip, int create)
 {
+	/* 0 marks an empty slot: 0.0.0.0 (a DHCP client's source) would "find" one and get 0 delay. */
+	if (ip == 0)
+		return NULL;
 	for (uint32_t i = map_hash(ip), n = 0; n < MAP_SIZE; i = (i + 1) & (MAP_SIZE - 1), n++) {
 		if (map[i].ip == ip)
 			return &map[i];
@@ -114,33 +122,67 @@ static struct map_entry *map_find(uint32_t ip, int create)
 	return NULL;
 }
 
+/* A delay in us: all of s is a number from 0 to MAX_DELAY_US (a huge, infinite or NaN one made
+ * the conversion to integer ns undefined behaviour; "5x" or "-1" were taken or refused unevenly). */
+static int parse_delay_us(const char *s, double *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (end == s || *end || errno == ERANGE || !isfinite(v) || v < 0 || v > MAX_DELAY_US)
+		return 0;
+	*out = v;
+	return 1;
+}
+
+static void map_error(const char *path, int lineno, const char *what)
+{
+	fprintf(stderr, "bsz-delayline: %s:%d: %s\n", path, lineno, what);
+	exit(2);
+}
+
 static void load_map(const char *path)
 {
 	FILE *f = fopen(path, "r");
-	char line[256], addr[64];
-	double fwd, rev;
-	int lineno = 0;
+	char *line = NULL, *field[4], *save;
+	size_t cap = 0;
+	int lineno = 0, hosts = 0;
 	if (!f)
 		die(path);
-	while (fgets(line, sizeof line, f)) {
+	/* getline: a line of any length is one line (fgets split long ones into bogus entries). */
+	ssize_t len;
+	while ((len = getline(&line, &cap, f)) != -1) {
 		lineno++;
-		if (line[0] == '#' || line[0] == '\n')
+		if (strlen(line) != (size_t)len)
+			map_error(path, lineno, "NUL byte in line");
+		line[strcspn(line, "#")] = 0; /* a comment runs to the end of the line */
+		int n = 0;
+		for (char *tok = strtok_r(line, " \t\r\n", &save); tok && n < 4; tok = strtok_r(NULL, " \t\r\n", &save))
+			field[n++] = tok;
+		if (n == 0)
 			continue;
 		struct in_addr in;
-		if (sscanf(line, "%63s %lf %lf", addr, &fwd, &rev) != 3 || inet_pton(AF_INET, addr, &in) != 1 ||
-		    fwd < 0 || rev < 0 || in.s_addr == 0) {
-			fprintf(stderr, "bsz-delayline: %s:%d: expected 'a.b.c.d fwd_us rev_us'\n", path, lineno);
-			exit(2);
-		}
+		double fwd, rev;
+		if (n != 3 || inet_pton(AF_INET, field[0], &in) != 1 || in.s_addr == 0)
+			map_error(path, lineno, "expected 'a.b.c.d fwd_us rev_us'");
+		if (!parse_delay_us(field[1], &fwd) || !parse_delay_us(field[2], &rev))
+			map_error(path, lineno, "delays must be numbers from 0 to 3600000000 us");
 		struct map_entry *e = map_find(in.s_addr, 1);
-		if (!e) {
-			fprintf(stderr, "bsz-delayline: %s: more than %d hosts\n", path, MAP_SIZE / 2);
-			exit(2);
+		if (e->ip) {
+			if (e->fwd_ns != (uint64_t)(fwd * 1000.0) || e->rev_ns != (uint64_t)(rev * 1000.0))
+				map_error(path, lineno, "host listed earlier with other delays");
+			continue;
 		}
+		if (++hosts > MAP_SIZE / 2) /* probing stays short while the table is half empty */
+			map_error(path, lineno, "too many hosts (at most 4096)");
 		e->ip = in.s_addr;
 		e->fwd_ns = (uint64_t)(fwd * 1000.0);
 		e->rev_ns = (uint64_t)(rev * 1000.0);
 	}
+	/* fopen succeeds on a directory; only the read fails (EISDIR): not an empty map. */
+	if (ferror(f))
+		die(path);
+	free(line);
 	fclose(f);
 }
 
@@ -161,6 +203,10 @@ static int open_side(const char *ifname, int *ifindex)
 	/* What we send on this side must not come back to us as input. */
 	if (setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof one) < 0)
 		die("PACKET_IGNORE_OUTGOING");
+	/* The kernel strips a frame's outer VLAN tag before packet sockets see it; it comes back as
+	 * auxdata and is put back before the frame is sent on (else tagged frames left untagged). */
+	if (setsockopt(fd, SOL_PACKET, PACKET_AUXDATA, &one, sizeof one) < 0)
+		die("PACKET_AUXDATA");
 	/* A large receive buffer absorbs bursts while we are busy sending. */
 	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big) < 0)
 		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
@@ -208,6 +254,13 @@ static void heap_pop(struct dir *d)
 		d->heap[i] = last;
 }
 
+static void dir_free(struct dir *d)
+{
+	free(d->heap);
+	free(d->free_bufs);
+	free(d->frames);
+}
+
 static void dir_init(struct dir *d, const char *name, uint32_t cap, int key_offset, uint64_t default_ns)
 {
 	d->name = name;
@@ -226,14 +279,38 @@ static void dir_init(struct dir *d, const char *name, uint32_t cap, int key_offs
 
 static uint64_t delay_for(const struct dir *d, const unsigned char *frame, uint32_t len, int forward)
 {
-	if (len >= 34 && frame[12] == 0x08 && frame[13] == 0x00) {
+	if (len < 14)
+		return d->default_ns;
+	uint32_t l3 = 14, type = (uint32_t)frame[12] << 8 | frame[13];
+	/* Look through up to two VLAN tags (802.1Q, QinQ) for the IPv4 header. */
+	for (int tags = 0; tags < 2 && (type == ETH_P_8021Q || type == ETH_P_8021AD) && l3 + 4 <= len; tags++) {
+		type = (uint32_t)frame[l3 + 2] << 8 | frame[l3 + 3];
+		l3 += 4;
+	}
+	if (type == ETH_P_IP && len >= l3 + 20) {
 		uint32_t ip;
-		memcpy(&ip, frame + d->key_offset, 4);
+		memcpy(&ip, frame + l3 + d->key_offset, 4);
 		const struct map_entry *e = map_find(ip, 0);
 		if (e)
 			return forward ? e->fwd_ns : e->rev_ns;
 	}
 	return d->default_ns;
+}
+
+/* The VLAN tag the kernel took off (auxdata), or 0 if the frame had none. */
+static uint32_t stripped_vlan(struct msghdr *msg)
+{
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+		if (c->cmsg_level != SOL_PACKET || c->cmsg_type != PACKET_AUXDATA)
+			continue;
+		struct tpacket_auxdata aux;
+		memcpy(&aux, CMSG_DATA(c), sizeof aux);
+		if (!(aux.tp_status & TP_STATUS_VLAN_VALID))
+			return 0;
+		uint32_t tpid = aux.tp_status & TP_STATUS_VLAN_TPID_VALID ? aux.tp_vlan_tpid : ETH_P_8021Q;
+		return tpid << 16 | aux.tp_vlan_tci;
+	}
+	return 0;
 }
 
 /* Read everything waiting on the input side; returns frames read. */
@@ -244,7 +321,13 @@ static int drain_input(struct dir *d, int forward)
 		unsigned char scratch[64];
 		unsigned char *buf = d->free_len ? d->frames + (size_t)d->free_bufs[d->free_len - 1] * FRAME_MAX : scratch;
 		size_t room = d->free_len ? FRAME_MAX : sizeof scratch;
-		ssize_t r = recv(d->in_fd, buf, room, MSG_DONTWAIT | MSG_TRUNC);
+		union {
+			struct cmsghdr align;
+			char buf[CMSG_SPACE(sizeof(struct tpacket_auxdata))];
+		} ctl;
+		struct iovec iov = {.iov_base = buf, .iov_len = room};
+		struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = &ctl, .msg_controllen = sizeof ctl};
+		ssize_t r = recvmsg(d->in_fd, &msg, MSG_DONTWAIT | MSG_TRUNC);
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
@@ -260,9 +343,16 @@ static int drain_input(struct dir *d, int forward)
 			d->drop_full++;
 			continue;
 		}
-		if ((size_t)r > FRAME_MAX) {
+		uint32_t vlan = stripped_vlan(&msg);
+		if ((size_t)r + (vlan ? 4 : 0) > FRAME_MAX) {
 			d->drop_oversize++;
 			continue;
+		}
+		if (vlan && r >= 12) { /* the tag goes back after the MAC addresses */
+			memmove(buf + 16, buf + 12, (size_t)r - 12);
+			uint32_t be = htonl(vlan);
+			memcpy(buf + 12, &be, 4);
+			r += 4;
 		}
 		struct slot s = {.release_ns = t + delay_for(d, buf, (uint32_t)r, forward),
 				 .seq = d->seq++,
@@ -382,8 +472,8 @@ int main(int argc, char **argv)
 		switch (opt) {
 		case 'a': side_a = optarg; break;
 		case 'b': side_b = optarg; break;
-		case 'f': fwd_us = atof(optarg); break;
-		case 'r': rev_us = atof(optarg); break;
+		case 'f': if (!parse_delay_us(optarg, &fwd_us)) usage(); break;
+		case 'r': if (!parse_delay_us(optarg, &rev_us)) usage(); break;
 		case 'm': map_path = optarg; break;
 		case 'n': slots = atol(optarg); break;
 		case 's': stats_path = optarg; break;
@@ -393,8 +483,7 @@ int main(int argc, char **argv)
 		default: usage();
 		}
 	}
-	if (!side_a || !side_b || slots < 16 || slots > (1 << 22) || fwd_us < 0 || rev_us < 0 || interval_ms < 10 ||
-	    spin_us < 0)
+	if (!side_a || !side_b || slots < 16 || slots > (1 << 22) || interval_ms < 10 || spin_us < 0)
 		usage();
 	if (map_path)
 		load_map(map_path);
@@ -414,8 +503,8 @@ int main(int argc, char **argv)
 	int if_a, if_b;
 	int fd_a = open_side(side_a, &if_a), fd_b = open_side(side_b, &if_b);
 	struct dir fwd = {0}, rev = {0};
-	dir_init(&fwd, "forward", (uint32_t)slots, 14 + 12, (uint64_t)(fwd_us * 1000.0)); /* IPv4 source */
-	dir_init(&rev, "reverse", (uint32_t)slots, 14 + 16, (uint64_t)(rev_us * 1000.0)); /* IPv4 destination */
+	dir_init(&fwd, "forward", (uint32_t)slots, 12, (uint64_t)(fwd_us * 1000.0)); /* IPv4 source */
+	dir_init(&rev, "reverse", (uint32_t)slots, 16, (uint64_t)(rev_us * 1000.0)); /* IPv4 destination */
 	fwd.in_fd = fd_a, fwd.out_fd = fd_b, fwd.out_ifindex = if_b;
 	rev.in_fd = fd_b, rev.out_fd = fd_a, rev.out_ifindex = if_a;
 
@@ -463,5 +552,7 @@ int main(int argc, char **argv)
 		}
 	}
 	write_stats(stats_path, &fwd, &rev);
+	dir_free(&fwd); /* so LeakSanitizer's exit check passes */
+	dir_free(&rev);
 	return 0;
 }
