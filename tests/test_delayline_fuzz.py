@@ -266,9 +266,7 @@ def asan_binary() -> Path:
 
 
 @pytest.fixture
-def rig(root, asan_binary, tmp_path) -> Iterator[Rig]:
-    # Not conftest's no_leftovers: it diffs every bsz- namespace on the machine, so another suite
-    # running meanwhile looks like our leftovers (and its `bufsize clean` would remove its namespaces).
+def rig(no_leftovers, asan_binary, tmp_path) -> Iterator[Rig]:
     wire = Wire("fz")
     with wire:
         r = Rig(wire, tmp_path)
