@@ -15,10 +15,13 @@ from pathlib import Path
 from typing import NoReturn
 
 from buffersizing import model_cli, options
+from buffersizing.experiment import Say, stderr_say
+from buffersizing.measure import MeasureOptions
 from buffersizing.options import add_flows_arg, add_link_args, add_measure_args, add_result_args, add_search_args
 from buffersizing.presets import PRESETS
 from buffersizing.resultdir import check_out_dir
 from topologies.errors import MachineError, RunError, UsageError
+from topologies.machine import delay_backend
 
 
 class Parser(argparse.ArgumentParser):
@@ -37,12 +40,6 @@ def require_root() -> None:
         raise MachineError("bufsize needs root (network namespaces, qdiscs): run it with sudo")
 
 
-def backend_for(requested: str) -> str:
-    from topologies.machine import delay_backend
-
-    return delay_backend(requested)
-
-
 def result_dir(a: argparse.Namespace, name: str = "result.json") -> Path | None:
     """--out checked (a writable directory, no earlier result unless --force) before anything is built."""
     if not a.out:
@@ -53,8 +50,8 @@ def result_dir(a: argparse.Namespace, name: str = "result.json") -> Path | None:
     return out
 
 
-def quiet_if(flag: bool):  # noqa: ANN201 - a log function or None (the default: progress on stderr)
-    return (lambda s: None) if flag else None
+def quiet_if(flag: bool) -> Say | None:
+    return (lambda s: None) if flag else None  # None: progress on stderr
 
 
 def cmd_doctor(a: argparse.Namespace) -> int:
@@ -75,7 +72,7 @@ def cmd_verify(a: argparse.Namespace) -> int:
     out = result_dir(a, "verify.json")
     if not a.json:
         print(f"building a dumbbell of {cfg.hosts} hosts and measuring it ...", file=sys.stderr)
-    s = run_verify(cfg, backend_for(cfg.delay_backend), a.duration, rate_test=not a.no_rate, out=out)
+    s = run_verify(cfg, delay_backend(cfg.delay_backend), a.duration, rate_test=not a.no_rate, out=out)
     print(json.dumps(s, indent=1) if a.json else format_summary(s))
     return 0 if s["ok"] else 1
 
@@ -89,13 +86,9 @@ def cmd_flows(a: argparse.Namespace) -> int:
     split_flows(a.flows, cfg.hosts)
     check_number("--duration", a.duration, 0, 3600)
     require_root()
-    s = run_flows(cfg, backend_for(cfg.delay_backend), a.flows, a.tool, a.duration, quiet_if(a.json) or print_err)
+    s = run_flows(cfg, delay_backend(cfg.delay_backend), a.flows, a.tool, a.duration, quiet_if(a.json) or stderr_say)
     print(json.dumps(s, indent=1) if a.json else format_flows(s, a.duration))
     return 0
-
-
-def print_err(s: str) -> None:
-    print(s, file=sys.stderr, flush=True)
 
 
 def cmd_search(a: argparse.Namespace) -> int:
@@ -105,12 +98,12 @@ def cmd_search(a: argparse.Namespace) -> int:
         raise UsageError("search chooses the buffer itself: drop --buffer-bytes/--buffer-packets")
     cfg = options.config_from_args(a)
     opts = SearchOptions(a.flows, a.target, a.relative_to, a.samples, a.settle_s, a.sample_s,
-                         resolution=a.resolution, first_guess=not a.no_first_guess, tool=a.tool,
-                         fidelity_s=a.fidelity_s)  # fmt: skip
+                         resolution=a.resolution, max_samples=a.max_samples, alpha=a.alpha,
+                         first_guess=not a.no_first_guess, tool=a.tool, fidelity_s=a.fidelity_s)  # fmt: skip
     opts.validate()
     require_root()
     out = result_dir(a)
-    result = run_search(cfg, backend_for(cfg.delay_backend), opts, out, log=quiet_if(a.json))
+    result = run_search(cfg, delay_backend(cfg.delay_backend), opts, out, log=quiet_if(a.json))
     if a.json:
         print(json.dumps(result, indent=1))
     elif out is not None:
@@ -118,9 +111,7 @@ def cmd_search(a: argparse.Namespace) -> int:
     return 0 if result["valid"] else 3
 
 
-def measure_options(a: argparse.Namespace, flows: int):  # noqa: ANN201
-    from buffersizing.measure import MeasureOptions
-
+def measure_options(a: argparse.Namespace, flows: int) -> MeasureOptions:
     o = MeasureOptions(flows, a.duration, a.settle_s, a.sample_s, a.reference_s, a.fidelity_s, a.tool)
     o.validate()
     return o
@@ -136,7 +127,7 @@ def cmd_measure(a: argparse.Namespace) -> int:
     require_root()
     out = result_dir(a)
     assert cfg.buffer_bytes is not None
-    result = run_measure(cfg, backend_for(cfg.delay_backend), [cfg.buffer_bytes], opts, out, log=quiet_if(a.json))
+    result = run_measure(cfg, delay_backend(cfg.delay_backend), [cfg.buffer_bytes], opts, out, log=quiet_if(a.json))
     print(json.dumps(result, indent=1) if a.json else format_measure(result, out))
     return 0 if result["valid"] else 3
 
@@ -154,8 +145,8 @@ def cmd_util_table(a: argparse.Namespace) -> int:
     configs = {n: options.link_config(a, min(n, a.hosts)) for n in flows}
     opts = {n: measure_options(a, n) for n in flows}
     require_root()
-    backend = backend_for(a.delay_backend)
-    paths = run_util_table(Path(a.out), flows, multiples, a.hosts, configs.get, opts.get, backend, print_err)
+    backend = delay_backend(a.delay_backend)
+    paths = run_util_table(Path(a.out), flows, multiples, a.hosts, configs.get, opts.get, backend, stderr_say)
     for path in paths:
         print(f"wrote {path}")
     return 0
@@ -167,14 +158,19 @@ def cmd_sweep(a: argparse.Namespace) -> int:
 
     flows = options.parse_flow_list(a.flows) if a.flows is not None else None
     keys = ("runs", "rate_mbps", "rtt_ms", "cc", "shaper", "burst_bytes", "delay_backend", "access_mbps")
-    overrides = {k: getattr(a, k) for k in keys} | {"max_hosts": a.hosts, "samples": a.samples,
-                                                     "resolution": a.resolution}  # fmt: skip
+    overrides = {k: getattr(a, k) for k in keys} | {
+        "max_hosts": a.hosts,
+        "samples": a.samples,
+        "resolution": a.resolution,
+        "max_samples": a.max_samples,
+    }
     search = {"target": a.target, "relative_to": a.relative_to, "settle_s": a.settle_s, "sample_s": a.sample_s,
-              "first_guess": not a.no_first_guess, "tool": a.tool, "fidelity_s": a.fidelity_s}  # fmt: skip
+              "alpha": a.alpha, "first_guess": not a.no_first_guess, "tool": a.tool,
+              "fidelity_s": a.fidelity_s}  # fmt: skip
     spec = make_spec(a.preset, flows, overrides, search)
     out = check_out_dir(Path(a.out))
     require_root()
-    res = run_sweep(out, spec, backend_for(spec.delay_backend))
+    res = run_sweep(out, spec, delay_backend(spec.delay_backend))
     if res["finished"]:
         for path in make_report(out):
             print(f"wrote {path}")
@@ -250,7 +246,7 @@ def build_parser() -> Parser:
     w.add_argument("--hosts", type=int, help="most sender hosts; each point uses min(N, this) (default 400)")
     add_link_args(w, rate=None, rtt=None, cc=None)
     add_search_args(w)
-    w.set_defaults(samples=None, resolution=None)
+    w.set_defaults(samples=None, resolution=None, max_samples=None)
     w.add_argument("--out", required=True, help="sweep directory; re-running the same command resumes it")
 
     pl = command("plot", cmd_plot, "a sweep directory: figure and table; one run's directory: its monitor plots")

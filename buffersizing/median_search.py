@@ -33,6 +33,23 @@ class Probe:
     t: float
 
 
+def sign_test(samples: list[float], target: float) -> float:
+    """One-sided p-value that the median is above (positive) or below (negative) the target.
+
+    The sign test needs no model of the noise: under "the median is the target" each sample lies
+    above it with probability 1/2. Returns +p when more samples lie above, -p when more lie below
+    (p: the chance of at least that lopsided a count), 1.0 when balanced. Samples equal to the
+    target are left out.
+    """
+    above = sum(v > target for v in samples)
+    below = sum(v < target for v in samples)
+    n, k = above + below, max(above, below)
+    if n == 0 or above == below:
+        return 1.0
+    p = sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n
+    return p if above > below else -p
+
+
 @dataclass
 class SearchResult:
     buffer_packets: int
@@ -41,6 +58,10 @@ class SearchResult:
     probes: list[Probe] = field(default_factory=list)
     converged: bool = True
     note: str = ""
+    # The span of probed buffers (with the answer) whose verdict all the samples taken there did not
+    # establish at the search's alpha: within it the link is too close to the target, or too noisy,
+    # to tell pass from fail. A wide span means a flat, noisy utilization curve.
+    uncertain_interval_packets: tuple[int, int] | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -61,8 +82,27 @@ class MedianSearch:
     # Stop when hi - lo <= max(1, resolution * hi): buffers closer than that are within the
     # run-to-run noise of a real link, and each probe costs tens of seconds.
     resolution: float = 0.0
+    # Sequential sign test: a probe whose samples (pooled with earlier probes of the same buffer) do
+    # not put the median decisively above or below the target at `alpha` gets `samples` more, up to
+    # `max_samples` for that probe. Off: a fixed count (plus the margin extension).
+    sequential: bool = False
+    alpha: float = 0.05
+    max_samples: int = 20
     progress: Callable[[Probe], None] | None = None
     probes: list[Probe] = field(default_factory=list)
+
+    def pooled(self, packets: int) -> list[float]:
+        return [v for p in self.probes if p.buffer_packets == packets for v in p.samples]
+
+    def decisive(self, packets: int, extra: list[float] | None = None) -> int:
+        """+1 passed decisively, -1 failed decisively, 0 not established (all samples at that buffer)."""
+        p = sign_test(self.pooled(packets) + (extra or []), self.target)
+        return (1 if p > 0 else -1) if abs(p) <= self.alpha else 0
+
+    def uncertain_interval(self, answer: int) -> tuple[int, int]:
+        """The span of probed buffers whose pooled samples did not establish a verdict, with the answer."""
+        unsure = [b for b in {p.buffer_packets for p in self.probes} if self.decisive(b) == 0]
+        return min([*unsure, answer]), max([*unsure, answer])
 
     def probe(self, packets: int, recheck: bool = False) -> bool:
         values = list(self.measure(packets * FRAME_BYTES, self.samples))
@@ -72,6 +112,10 @@ class MedianSearch:
         extended = False
         if abs(med - self.target) < self.margin and self.extra_samples > 0:
             values += list(self.measure(packets * FRAME_BYTES, self.extra_samples))
+            med = statistics.median(values)
+            extended = True
+        while self.sequential and len(values) < self.max_samples and self.decisive(packets, values) == 0:
+            values += list(self.measure(packets * FRAME_BYTES, min(self.samples, self.max_samples - len(values))))
             med = statistics.median(values)
             extended = True
         p = Probe(packets, values, med, med >= self.target, extended, recheck, time.time())
@@ -127,18 +171,20 @@ class MedianSearch:
                 changed = True
             answers.append(hi)
             if not changed:
-                return SearchResult(hi, hi * FRAME_BYTES, self.target, self.probes)
+                return self._result(hi)
         # Still moving: adjacent buffers are within the noise of each other. Accept the answer if the
         # re-checks kept it within the resolution (at least 5 %, or 2 packets, the granularity of a
         # few-packet buffer); otherwise say the link is too noisy to decide.
         spread = max(answers) - min(answers)
         band = max(2, math.ceil(max(0.05, self.resolution) * max(answers)))
         note = f"re-checks moved the answer within {min(answers)}..{max(answers)} packets"
-        return SearchResult(
+        return self._result(
             hi,
-            hi * FRAME_BYTES,
-            self.target,
-            self.probes,
             converged=spread <= band,
             note=note + ("" if spread <= band else ": the link is too noisy at this target"),
+        )
+
+    def _result(self, answer: int, converged: bool = True, note: str = "") -> SearchResult:
+        return SearchResult(
+            answer, answer * FRAME_BYTES, self.target, self.probes, converged, note, self.uncertain_interval(answer)
         )

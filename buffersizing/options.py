@@ -79,6 +79,13 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
         default=0.05,
         help="stop when the bracket is within this fraction of the answer, or one packet (default 0.05)",
     )
+    p.add_argument(
+        "--max-samples",
+        type=int,
+        default=0,
+        help="sequential test: more samples per probe, up to this many, until the verdict is sure (default 0: off)",
+    )
+    p.add_argument("--alpha", type=float, default=0.05, help="sequential test's error level (default 0.05)")
     p.add_argument("--no-first-guess", action="store_true", help="do not probe RTT*C/sqrt(N) first")
     add_tool_arg(p)
     p.add_argument("--fidelity-s", type=float, default=2.0, help="seconds of pacing trace at calibration (0: skip)")

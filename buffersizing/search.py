@@ -47,6 +47,10 @@ class SearchOptions:
     sample_s: float | None = None
     max_sample_s: float = 30.0
     resolution: float = 0.05
+    # > samples: the sequential sign test (median_search.sign_test) takes more samples, up to this many
+    # per probe, until the verdict is established at `alpha`; 0 keeps a fixed count per probe.
+    max_samples: int = 0
+    alpha: float = 0.05
     first_guess: bool = True
     tool: str = "iperf"
     fidelity_s: float = 2.0  # 0 skips the fidelity trace
@@ -62,6 +66,9 @@ class SearchOptions:
             if v is not None:
                 check_number(name, v, 0, 600)
         check_number("--resolution", self.resolution, 0, 0.5, lo_inclusive=True)
+        if self.max_samples and not self.samples < self.max_samples <= 200:
+            raise UsageError(f"--max-samples {self.max_samples}: must be 0 (fixed count) or from --samples + 1 to 200")
+        check_number("--alpha", self.alpha, 0, 0.5)
         check_number("--fidelity-s", self.fidelity_s, 0, 60, lo_inclusive=True)
 
     def to_dict(self) -> dict:
@@ -69,11 +76,16 @@ class SearchOptions:
 
 
 def theory(cfg: DumbbellConfig, flows: int) -> dict:
-    bdp = cfg.bdp_bytes / FRAME_BYTES
+    """RTT*C/sqrt(N) as seed 000 defines it: with spread RTTs the pipe is C times the mean RTT (the
+    sum of windows is compared with it, as util-table does). The calibration buffer is still sized at
+    the largest RTT (CALIBRATION_BDPS x cfg.bdp_bytes), so every flow's pipe is covered."""
+    rtt = statistics.fmean(cfg.rtt_ms)
+    bdp = cfg.rate_mbps * 1e6 / 8 * rtt / 1000 / FRAME_BYTES
     return {
         "bdp_packets": round(bdp, 1),
         "theory_sqrt_n_packets": round(bdp / math.sqrt(flows), 1),
-        "rtt_ms_for_theory": max(cfg.rtt_ms),
+        "rtt_ms_for_theory": round(rtt, 3),
+        "rtt_ms_largest": max(cfg.rtt_ms),
     }
 
 
@@ -246,6 +258,9 @@ def run_search(
                 first_guess_packets=guess,
                 assume_hi_passes=opts.relative_to == "reference",
                 resolution=opts.resolution,
+                sequential=opts.max_samples > opts.samples,
+                alpha=opts.alpha,
+                max_samples=max(opts.max_samples, opts.samples),
                 progress=progress,
             )
             res = search.run()
@@ -268,6 +283,7 @@ def run_search(
         "ratio_to_theory": round(answer / th["theory_sqrt_n_packets"], 3),
         "calibration_buffer_packets": cal_packets,
         "note": res.note,
+        "uncertain_interval_packets": list(res.uncertain_interval_packets or ()),
         "calibration_rates_mbps": [round(r, 3) for r in cal_rates],
         "cpu": {
             "min_idle_share": round(cpu_idle_min, 3) if cpu_idle_min is not None else None,

@@ -94,6 +94,8 @@ SEARCH_DEFAULTS = {
     "settle_s": None,
     "sample_s": None,
     "resolution": 0.05,
+    "max_samples": 0,
+    "alpha": 0.05,
     "first_guess": True,
     "tool": "iperf",
     "fidelity_s": 2.0,
@@ -113,7 +115,7 @@ def make_spec(preset_name: str | None, flows: list[int] | None, overrides: dict,
     if flows is None:
         raise UsageError("give --flows (for example 2,10,50,200,800) or a --preset")
     search_opts = SEARCH_DEFAULTS | {k: v for k, v in search.items() if v is not None}
-    search_opts |= {k: pick(k, SEARCH_DEFAULTS[k]) for k in ("samples", "resolution")}
+    search_opts |= {k: pick(k, SEARCH_DEFAULTS[k]) for k in ("samples", "resolution", "max_samples")}
     spec = SweepSpec(
         flows=flows,
         runs=pick("runs", 1),
