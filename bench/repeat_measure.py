@@ -1,0 +1,104 @@
+"""The same fixed-buffer run K times in a row: how far apart are identical measurements?
+
+Issue 13 asked for ten identical 800-flow runs (`bufsize measure --flows 800 --hosts 400
+--rate-mbps 62.5 --rtt-ms 87 --cc reno --buffer-packets 449 --duration 15`) to agree within one
+point of utilization, or for the reason they cannot. Each run is a fresh `bufsize measure` process
+(its own dumbbell), so leftovers of one run would show in the next; the machine's load and the
+leftovers named by each run are recorded beside the numbers. Resumable: finished runs are kept.
+
+    .venv/bin/python bench/repeat_measure.py --runs 10 --out bench/results/repeat-800
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BUFSIZE = str(REPO / ".venv" / "bin" / "bufsize")
+DEFAULT = ["--flows", "800", "--hosts", "400", "--rate-mbps", "62.5", "--rtt-ms", "87", "--cc", "reno",
+           "--buffer-packets", "449", "--duration", "15"]  # fmt: skip
+
+
+def spread(xs: list[float]) -> str:
+    if not xs:
+        return "-"
+    return f"{statistics.median(xs):.4f} [{min(xs):.4f}..{max(xs):.4f}]"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--out", default="bench/results/repeat-800")
+    ap.add_argument("measure_args", nargs="*", help="arguments of bufsize measure (default: the issue's command)")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("run as root")
+    args = a.measure_args or DEFAULT
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    for i in range(1, a.runs + 1):
+        d = out / f"run{i:02d}"
+        if (d / "result.json").exists():
+            continue
+        load = os.getloadavg()
+        res = subprocess.run([BUFSIZE, "measure", *args, "--out", str(d), "--force"], capture_output=True, text=True)
+        (d / "load.json").write_text(json.dumps({"loadavg_before": load, "loadavg_after": os.getloadavg()}) + "\n")
+        print(f"run {i}: exit {res.returncode} {res.stdout.strip()[-200:]}", flush=True)
+    rows = []
+    for d in sorted(out.glob("run*")):
+        r = json.loads((d / "result.json").read_text()) if (d / "result.json").exists() else None
+        if r is None:
+            continue
+        load = json.loads((d / "load.json").read_text()) if (d / "load.json").exists() else {}
+        rows.append(
+            {
+                "run": d.name,
+                "utilization": r["utilization"],
+                "loss_rate": r["loss_rate"],
+                "reference_rate_mbps": r["reference_rate_mbps"],
+                "frac_gt10": r["fidelity"].get("frac_gt10"),
+                "cpu_idle": min(p["cpu"]["idle"] for p in r["points"]),
+                "established_s": r["flows_start"]["seconds_to_all_established"],
+                "valid": r["valid"],
+                "flagged": [k for k, v in r["flags"].items() if v is False],
+                "load_before": load.get("loadavg_before", [None])[0],
+            }
+        )
+    utils = [r["utilization"] for r in rows]
+    lines = [
+        f"# {len(rows)} identical fixed-buffer runs ({time.strftime('%Y-%m-%d %H:%M')}, {os.uname().release})",
+        "",
+        f"    .venv/bin/python bench/repeat_measure.py --runs {a.runs} --out {a.out} {' '.join(a.measure_args)}",
+        "",
+        f"bufsize measure {' '.join(args)}; this invocation's wall time {time.monotonic() - t0:.0f} s.",
+        "",
+        "| run | utilization | loss | reference Mb/s | gaps >10 % off | min CPU idle | all up (s) | load before "
+        "| flagged |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['run']} | {r['utilization']:.4f} | {r['loss_rate']:.3f} | {r['reference_rate_mbps']} | {r['frac_gt10']} "
+        f"| {r['cpu_idle']} | {r['established_s']} | {r['load_before']} | {', '.join(r['flagged']) or '-'} |"
+        for r in rows
+    ]
+    if utils:
+        lines += [
+            "",
+            f"Utilization median [range]: {spread(utils)}; spread {100 * (max(utils) - min(utils)):.2f} points.",
+        ]
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+    (out / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
