@@ -92,15 +92,18 @@ def cmd_flows(a: argparse.Namespace) -> int:
 
 
 def cmd_search(a: argparse.Namespace) -> int:
-    from buffersizing.search import SearchOptions, run_search
+    from buffersizing.search import SearchOptions, resolved_config, run_search
 
     if a.buffer_bytes is not None or a.buffer_packets is not None:
         raise UsageError("search chooses the buffer itself: drop --buffer-bytes/--buffer-packets")
     cfg = options.config_from_args(a)
     opts = SearchOptions(a.flows, a.target, a.relative_to, a.samples, a.settle_s, a.sample_s,
                          resolution=a.resolution, max_samples=a.max_samples, alpha=a.alpha,
-                         first_guess=not a.no_first_guess, tool=a.tool, fidelity_s=a.fidelity_s)  # fmt: skip
+                         max_buffer_packets=a.max_buffer_packets, first_guess=not a.no_first_guess, tool=a.tool,
+                         fidelity_s=a.fidelity_s)  # fmt: skip
     opts.validate()
+    if a.print_config:  # resolved and checked; nothing is built
+        return print(json.dumps(resolved_config(cfg, opts))) or 0
     require_root()
     out = result_dir(a)
     result = run_search(cfg, delay_backend(cfg.delay_backend), opts, out, log=quiet_if(a.json))
@@ -165,8 +168,8 @@ def cmd_sweep(a: argparse.Namespace) -> int:
         "max_samples": a.max_samples,
     }
     search = {"target": a.target, "relative_to": a.relative_to, "settle_s": a.settle_s, "sample_s": a.sample_s,
-              "alpha": a.alpha, "first_guess": not a.no_first_guess, "tool": a.tool,
-              "fidelity_s": a.fidelity_s}  # fmt: skip
+              "alpha": a.alpha, "max_buffer_packets": a.max_buffer_packets, "first_guess": not a.no_first_guess,
+              "tool": a.tool, "fidelity_s": a.fidelity_s}  # fmt: skip
     spec = make_spec(a.preset, flows, overrides, search)
     out = check_out_dir(Path(a.out))
     require_root()
@@ -238,6 +241,7 @@ def build_parser() -> Parser:
     add_flows_arg(s)
     add_search_args(s)
     add_result_args(s, "result.json, samples.csv and the monitors' data")
+    s.add_argument("--print-config", action="store_true", help="print the resolved configuration as JSON and exit")
 
     w = command("sweep", cmd_sweep, "one search per (N, run) into a resumable sweep directory, then plot it")
     w.add_argument("--preset", choices=PRESETS, help="quick (the main job), full, or theory (reno); flags override")

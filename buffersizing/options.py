@@ -86,6 +86,7 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
         help="sequential test: more samples per probe, up to this many, until the verdict is sure (default 0: off)",
     )
     p.add_argument("--alpha", type=float, default=0.05, help="sequential test's error level (default 0.05)")
+    p.add_argument("--max-buffer-packets", type=int, help="top of the search (default: the 2-BDP calibration buffer)")
     p.add_argument("--no-first-guess", action="store_true", help="do not probe RTT*C/sqrt(N) first")
     add_tool_arg(p)
     p.add_argument("--fidelity-s", type=float, default=2.0, help="seconds of pacing trace at calibration (0: skip)")

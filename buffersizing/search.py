@@ -51,6 +51,7 @@ class SearchOptions:
     # per probe, until the verdict is established at `alpha`; 0 keeps a fixed count per probe.
     max_samples: int = 0
     alpha: float = 0.05
+    max_buffer_packets: int | None = None  # top of the search (2012's --maxq); None: the calibration buffer
     first_guess: bool = True
     tool: str = "iperf"
     fidelity_s: float = 2.0  # 0 skips the fidelity trace
@@ -69,10 +70,19 @@ class SearchOptions:
         if self.max_samples and not self.samples < self.max_samples <= 200:
             raise UsageError(f"--max-samples {self.max_samples}: must be 0 (fixed count) or from --samples + 1 to 200")
         check_number("--alpha", self.alpha, 0, 0.5)
+        if self.max_buffer_packets is not None and not 1 <= self.max_buffer_packets <= 1_000_000:
+            raise UsageError(f"--max-buffer-packets {self.max_buffer_packets}: must be from 1 to 1000000")
         check_number("--fidelity-s", self.fidelity_s, 0, 60, lo_inclusive=True)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def resolved_config(cfg: DumbbellConfig, opts: SearchOptions) -> dict:
+    """What a search would run, for `--print-config` (one RTT as a number when every host has it)."""
+    rtt = cfg.rtt_ms[0] if len(set(cfg.rtt_ms)) == 1 else cfg.rtt_ms
+    return {"flows": opts.flows, "hosts": cfg.hosts, "rate_mbps": cfg.rate_mbps, "rtt_ms": rtt,
+            "access_mbps": cfg.access_mbps, "cc": cfg.cc, "target": opts.target}  # fmt: skip
 
 
 def theory(cfg: DumbbellConfig, flows: int) -> dict:
@@ -238,6 +248,7 @@ def run_search(
             ex.trace_fidelity(opts.fidelity_s)
             prober.denominator = reference if opts.relative_to == "reference" else cfg.rate_mbps
             guess = max(1, round(th["theory_sqrt_n_packets"])) if opts.first_guess else None
+            top = min(cal_packets, opts.max_buffer_packets or cal_packets)
 
             def progress(p: Probe) -> None:
                 verdict = "pass" if p.passed else "fail"
@@ -253,10 +264,11 @@ def run_search(
             search = MedianSearch(
                 prober.measure,
                 target=opts.target,
-                hi_packets=cal_packets,
+                hi_packets=top,
                 samples=opts.samples,
                 first_guess_packets=guess,
-                assume_hi_passes=opts.relative_to == "reference",
+                # The calibration buffer defines the reference rate: it passes by definition.
+                assume_hi_passes=opts.relative_to == "reference" and top == cal_packets,
                 resolution=opts.resolution,
                 sequential=opts.max_samples > opts.samples,
                 alpha=opts.alpha,
@@ -273,7 +285,7 @@ def run_search(
             m.queue = queue_stats(ex.recording.queue, *window)
     idles = [m.cpu["idle"] for m in prober.measurements]
     cpu_idle_min = min(idles) if idles else None
-    own_flags = {"converged": res.converged, "answer_below_search_top": answer < cal_packets}
+    own_flags = {"converged": res.converged, "answer_below_search_top": answer < top}
     fields = {
         "buffer_packets": answer,
         "buffer_bytes": answer * FRAME_BYTES,
@@ -282,6 +294,7 @@ def run_search(
         **th,
         "ratio_to_theory": round(answer / th["theory_sqrt_n_packets"], 3),
         "calibration_buffer_packets": cal_packets,
+        "search_top_packets": top,
         "note": res.note,
         "uncertain_interval_packets": list(res.uncertain_interval_packets or ()),
         "calibration_rates_mbps": [round(r, 3) for r in cal_rates],

@@ -96,6 +96,7 @@ SEARCH_DEFAULTS = {
     "resolution": 0.05,
     "max_samples": 0,
     "alpha": 0.05,
+    "max_buffer_packets": None,
     "first_guess": True,
     "tool": "iperf",
     "fidelity_s": 2.0,
