@@ -36,15 +36,23 @@ install_apt() {
 }
 
 pick_python() {
-  # The first python3 on PATH if it is 3.11 or newer and can make a venv, else Debian's.
-  for py in "$(command -v python3 || true)" /usr/bin/python3; do
-    [ -n "$py" ] || continue
+  # The first python3 on PATH if it is 3.11 or newer and can make a venv, else Debian's, else the
+  # distribution's python3.11 package (Ubuntu 22.04 ships 3.10 as python3 and 3.11 beside it).
+  for py in "$(command -v python3 || true)" /usr/bin/python3 /usr/bin/python3.11; do
+    [ -n "$py" ] && [ -x "$py" ] || continue
     if "$py" -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
       echo "$py"
       return
     fi
   done
-  echo "setup.sh: no python3 >= 3.11 with venv found" >&2
+  apt-get update -q >&2 || true
+  if apt-cache show python3.11-venv >/dev/null 2>&1; then
+    say "python3 is older than 3.11: installing python3.11 and python3.11-venv" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3.11 python3.11-venv >&2
+    echo /usr/bin/python3.11
+    return
+  fi
+  echo "setup.sh: no python3 >= 3.11 with venv found, and no python3.11 package to install" >&2
   exit 1
 }
 
