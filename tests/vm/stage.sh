@@ -26,7 +26,8 @@
 #                        host) and require the OVS test; auto: test OVS only if it is
 #                        already installed; 0: skip it                                     1
 #   BSZ_VM_BOOT_TIMEOUT  seconds until the guest must be up                                180
-#   BSZ_VM_TIMEOUT       seconds for the whole guest run                                   480
+#   BSZ_VM_TIMEOUT       seconds for the whole guest run (here under TCG: 240-280, and 460
+#                        with the host loaded)                                             900
 #   BSZ_VM_PYTEST_ARGS   extra pytest arguments for the guest (e.g. "-k ovs")
 #   BSZ_VM_REQUIRED=1    a skip fails the stage
 set -euo pipefail
@@ -36,7 +37,7 @@ CACHE=${BSZ_VM_CACHE:-/var/lib/bufsize-vm}
 ACCEL=${BSZ_VM_ACCEL:-auto}
 OVS=${BSZ_VM_OVS:-1}
 BOOT_TIMEOUT=${BSZ_VM_BOOT_TIMEOUT:-180}
-GUEST_TIMEOUT=${BSZ_VM_TIMEOUT:-480}
+GUEST_TIMEOUT=${BSZ_VM_TIMEOUT:-900}
 VNG_VERSION=1.42
 T0=$(date +%s.%N)
 
