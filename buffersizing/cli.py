@@ -160,7 +160,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     from buffersizing.sweep import make_spec, run_sweep
 
     flows = options.parse_flow_list(a.flows) if a.flows is not None else None
-    keys = ("runs", "rate_mbps", "rtt_ms", "cc", "shaper", "burst_bytes", "delay_backend", "access_mbps")
+    keys = ("runs", "rate_mbps", "rtt_ms", "cc", "shaper", "burst_bytes", "delay_backend", "access_mbps", "pacer")
     overrides = {k: getattr(a, k) for k in keys} | {
         "max_hosts": a.hosts,
         "samples": a.samples,

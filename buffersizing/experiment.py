@@ -30,6 +30,7 @@ from monitors.fidelity import FidelityMonitor
 from monitors.plots import plot_run, write_fidelity_csv
 from monitors.recorder import Recorder, Recording, summary, write_csvs
 from topologies.config import DumbbellConfig
+from topologies.description import pacing_applies
 from topologies.dumbbell import Dumbbell
 from topologies.errors import RunError
 
@@ -124,9 +125,16 @@ class Experiment:
         if seconds <= 0:
             self.fidelity = {"available": False, "reason": "skipped (--fidelity-s 0)"}
             return self.fidelity
+        dl = self.net.delayline
+        before = dl.stats().get("pacer", {}) if dl else {}
         with FidelityMonitor(self.net.bottleneck.dev, self.cfg.rate_mbps, self.net.state) as mon:
             time.sleep(seconds)
             self.fidelity, self.departures = mon.stop()
+        after = dl.stats().get("pacer", {}) if dl else {}
+        if before and after:
+            # How many departures the pacer's kicks released (its counters, written every 200 ms).
+            self.fidelity["pacer"] = {k: after[k] - before[k] for k in ("kicks", "hits", "send_errors")}
+            self.fidelity["pacer"]["on"] = after["on"]
         return self.fidelity
 
     # ---- the result --------------------------------------------------------------------------
@@ -182,7 +190,9 @@ class Experiment:
             "monitors": self.monitors_summary(),
             "options": options,
             "config": self.cfg.to_dict(),
-            "manifest": machine_manifest(self.backend, self.cfg.cc, self.cfg.shaper),
+            "manifest": machine_manifest(
+                self.backend, self.cfg.cc, self.cfg.shaper, pacing_applies(self.cfg, self.backend)
+            ),
         }
         if self.out is not None:
             self.write(result, write_extra)

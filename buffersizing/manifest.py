@@ -24,7 +24,7 @@ def project_commit() -> str:
     return res.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
 
 
-def machine_manifest(backend: str, cc: str, shaper: str | None = None) -> dict:
+def machine_manifest(backend: str, cc: str, shaper: str | None = None, pacer: bool | None = None) -> dict:
     return {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
         "kernel": os.uname().release,
@@ -34,6 +34,7 @@ def machine_manifest(backend: str, cc: str, shaper: str | None = None) -> dict:
         "delay_backend": backend,
         "congestion_control": cc,
         "shaper": shaper,
+        "pacer": pacer,  # whether the delay line paced the shaper (config, shaper and backend allow it)
         "congestion_controls_available": available_congestion_controls(),
         "bic_module": kernel_has_module("tcp_bic"),
         "offloads_off_on_every_interface": OFFLOADS_OFF[::2],

@@ -11,7 +11,7 @@ import argparse
 import math
 
 from topologies import FRAME_BYTES
-from topologies.config import DELAY_BACKENDS, SHAPERS, DumbbellConfig, parse_rtts
+from topologies.config import DELAY_BACKENDS, PACER_DEFAULT, SHAPERS, DumbbellConfig, parse_rtts
 from topologies.errors import UsageError
 
 
@@ -37,6 +37,13 @@ def add_link_args(p: argparse.ArgumentParser, rate: float | None = 62.5, rtt: st
         choices=DELAY_BACKENDS,
         default="auto",
         help="propagation delay: netem, the userspace delay line, or auto (netem if the kernel has it)",
+    )
+    p.add_argument(
+        "--pacer",
+        choices=("on", "off"),
+        default="on" if PACER_DEFAULT else "off",
+        help="the delay line kicks HTB when each frame is due (htb + delay line only; default "
+        f"{'on' if PACER_DEFAULT else 'off'}: bench/results/pacing.md)",
     )
     p.add_argument("--access-mbps", type=float, default=1000.0, help="access link rate, 0 = unshaped (default 1000)")
 
@@ -126,6 +133,7 @@ def link_config(a: argparse.Namespace, hosts: int, buffer_bytes: int | None = No
         shaper=a.shaper,
         delay_backend=a.delay_backend,
         burst_bytes=a.burst_bytes,
+        pacer=a.pacer == "on",
         cc=a.cc,
         access_mbps=a.access_mbps,
     )

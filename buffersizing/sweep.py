@@ -24,7 +24,7 @@ from buffersizing.presets import preset
 from buffersizing.resultdir import check_out_dir, read_finished, write_json_atomic
 from buffersizing.search import SearchOptions, run_search
 from buffersizing.traffic import MAX_FLOWS
-from topologies.config import DumbbellConfig, parse_rtts
+from topologies.config import PACER_DEFAULT, DumbbellConfig, parse_rtts
 from topologies.errors import UsageError
 
 
@@ -40,6 +40,7 @@ class SweepSpec:
     burst_bytes: int | None
     delay_backend: str
     access_mbps: float
+    pacer: bool = PACER_DEFAULT  # absent from specs written before the pacer: its default then
     search: dict = field(default_factory=dict)  # SearchOptions fields other than flows
     preset: str | None = None
 
@@ -70,6 +71,7 @@ class SweepSpec:
             delay_backend=self.delay_backend,
             cc=self.cc,
             access_mbps=self.access_mbps,
+            pacer=self.pacer,
         )
 
     def options(self, flows: int) -> SearchOptions:
@@ -125,6 +127,7 @@ def make_spec(preset_name: str | None, flows: list[int] | None, overrides: dict,
         rtt_ms=pick("rtt_ms", "87"),
         cc=pick("cc", "reno"),
         **{k: overrides.get(k, v) for k, v in LINK_DEFAULTS.items()},
+        pacer=overrides.get("pacer", "on" if PACER_DEFAULT else "off") == "on",
         search=search_opts,
         preset=preset_name,
     )

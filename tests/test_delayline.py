@@ -123,3 +123,15 @@ def test_bad_arguments_exit_2(wire):
         netns.in_ns(wire["d"], [str(HELPER), "-a", "da", "-b", "nosuch0"]), capture_output=True, text=True
     )
     assert res.returncode == 2 and "no interface nosuch0" in res.stderr
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [["-k", "3"], ["-R", "62500000"], ["-k", "3x", "-R", "1e6"], ["-k", "3", "-R", "fast"], ["-k", "3", "-R", "inf"],
+     ["-c", "-1"], ["-c", "2x"]],
+)  # fmt: skip
+def test_pacer_options_are_checked(wire, bad):
+    """-k and -R come together, and neither takes a number it cannot read whole (as the map's delays)."""
+    argv = [str(HELPER), "-a", "da", "-b", "db", *bad]
+    res = subprocess.run(netns.in_ns(wire["d"], argv), capture_output=True, text=True, timeout=10)
+    assert res.returncode == 2 and "usage" in res.stderr, res.stderr

@@ -101,3 +101,13 @@ def test_bottleneck_knows_its_handles_and_which_counters_are_its_drops():
     b = plan("delayline").bottleneck
     assert (b.leaf_handle, b.class_handle, b.root_handle) == (0x100000, 0x10001, 0x10000)
     assert b.own_drop_labels() == {"qdisc bfifo 10:", "qdisc htb 1:"}
+
+
+def test_pacing_only_with_htb_and_the_delay_line_and_only_then_the_kick_filter():
+    assert plan("delayline", pacer=True).pacing
+    assert not plan("delayline", pacer=False).pacing
+    assert not plan("netem", pacer=True).pacing
+    assert not plan("delayline", pacer=True, shaper="tbf").pacing
+    for p, filtered in ((plan("delayline", pacer=True), True), (plan("delayline", pacer=False), False)):
+        sw = next(inp for argv, inp in p.qdiscs() if p.switch_ns in argv)
+        assert ("protocol 0x88b5" in sw) == filtered

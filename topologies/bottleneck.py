@@ -7,9 +7,10 @@ are the buffer's own drops. Monitors and experiments ask it; only topologies.sha
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 
-from topologies import shaper
+from topologies import FRAME_BYTES, netns, shaper
 from topologies.counters import InterfaceCounters
 from topologies.proc import run
 from topologies.qdisc_stats import QdiscReader
@@ -24,6 +25,7 @@ class Bottleneck:
     rate_mbps: float
     burst_bytes: int
     buffer_bytes: int
+    kick_filter: bool = False  # the pacer's: HTB steals kick frames (shaper.build_commands)
 
     leaf_handle = shaper.tc_handle(shaper.LEAF)
     class_handle = shaper.tc_handle(shaper.CLASS)
@@ -31,7 +33,26 @@ class Bottleneck:
 
     def commands(self) -> list[str]:
         """`tc -batch` lines that build it (run in its namespace)."""
-        return shaper.build_commands(self.dev, self.shaper, self.rate_mbps, self.buffer_bytes, self.burst_bytes)
+        return shaper.build_commands(
+            self.dev, self.shaper, self.rate_mbps, self.buffer_bytes, self.burst_bytes, self.kick_filter
+        )
+
+    def kick_socket(self) -> socket.socket:
+        """A packet socket on the device, for the delay line's pacer (bsz-delayline -k FD).
+
+        Made here, in the bottleneck's namespace: the delay line runs in its own, where the
+        device's name means nothing; the socket keeps the namespace it was made in."""
+        if not self.kick_filter:
+            raise ValueError("kicks without the kick filter would be queued and sent")
+        with netns.entered(self.ns):
+            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(shaper.KICK_ETHERTYPE))
+        try:
+            sock.bind((self.dev, shaper.KICK_ETHERTYPE))  # the name resolves in the socket's namespace
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, FRAME_BYTES)  # it never receives
+        except BaseException:
+            sock.close()
+            raise
+        return sock
 
     def set_buffer(self, buffer_bytes: int) -> None:
         """Change the bfifo limit in place; nothing else in the tree is touched."""

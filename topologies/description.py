@@ -95,6 +95,12 @@ class Host:
         return f"s1-eth{self.index}"
 
 
+def pacing_applies(cfg: DumbbellConfig, backend: str) -> bool:
+    """The delay line's pacer runs only where asked, with HTB (a classful qdisc holds the filter
+    that steals kicks) and with the delay line (which sends them)."""
+    return cfg.pacer and cfg.shaper == "htb" and backend == "delayline"
+
+
 class DumbbellPlan:
     """Every name and command line of one dumbbell, from its config, backend and run id."""
 
@@ -112,8 +118,15 @@ class DumbbellPlan:
             Host(i, f"{ns_prefix}h{i}", f"h{i}-eth0", host_ip(i), host_mac(i), cfg.rtt_ms[i - 1])
             for i in range(1, cfg.hosts + 1)
         ]
+        self.pacing = pacing_applies(cfg, backend)
         self.bottleneck = Bottleneck(
-            self.switch_ns, self.bottleneck_dev, cfg.shaper, cfg.rate_mbps, cfg.shaper_burst, cfg.initial_buffer_bytes()
+            self.switch_ns,
+            self.bottleneck_dev,
+            cfg.shaper,
+            cfg.rate_mbps,
+            cfg.shaper_burst,
+            cfg.initial_buffer_bytes(),
+            kick_filter=self.pacing,
         )
 
     @property

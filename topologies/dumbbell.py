@@ -73,6 +73,11 @@ class Dumbbell:
     def namespaces(self) -> list[str]:
         return self.plan.namespaces
 
+    @property
+    def pacing(self) -> bool:
+        """Whether the delay line paces the bottleneck (config, shaper and backend allow it)."""
+        return self.plan.pacing
+
     # ---- life cycle -------------------------------------------------------------------------
 
     def __enter__(self) -> Dumbbell:
@@ -107,8 +112,15 @@ class Dumbbell:
         self._configure_qdiscs()
         self._wait_bridge_forwarding()
         if plan.delay_ns:
-            self.delayline = DelayLine(self.state, plan.delay_ns, *DELAY_DEVS, plan.delay_map())
-            self.delayline.start()
+            kick = self.bottleneck.kick_socket() if plan.pacing else None
+            try:
+                self.delayline = DelayLine(
+                    self.state, plan.delay_ns, *DELAY_DEVS, plan.delay_map(), kick=kick, rate_mbps=self.cfg.rate_mbps
+                )
+                self.delayline.start()
+            finally:
+                if kick is not None:
+                    kick.close()  # the delay line holds its own copy
 
     def _configure_qdiscs(self) -> None:
         run_parallel(self.plan.qdiscs())

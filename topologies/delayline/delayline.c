@@ -17,7 +17,7 @@
  * and written to the stats file.
  *
  * Usage: bsz-delayline -a IFACE -b IFACE [-f US] [-r US] [-m MAPFILE]
- *                      [-n SLOTS] [-s STATSFILE] [-i MS] [-p RTPRIO] [-w US]
+ *                      [-n SLOTS] [-s STATSFILE] [-i MS] [-p RTPRIO] [-w US] [-c CPU] [-k FD -R BPS]
  *   -f/-r   default delay A->B / B->A in microseconds (all delays: 0 to MAX_DELAY_US)
  *   -m      lines "a.b.c.d fwd_us rev_us": per-host delays ('#' starts a comment); a map that
  *           cannot be read exactly as written is refused (exit 2)
@@ -25,6 +25,22 @@
  *   -s      stats file, rewritten atomically every -i ms (default 200) and at exit
  *   -p      SCHED_FIFO priority (0 = normal scheduling, the default)
  *   -w      spin instead of sleeping when the next release is this close (us, default 0)
+ *   -c      run on this CPU only (default: any)
+ *   -k FD   pace the bottleneck: FD is an inherited AF_PACKET socket bound to the bottleneck
+ *           port (in the switch's namespace) whose frames the qdisc steals (tc cBPF filter,
+ *           TC_ACT_STOLEN) without queueing them; -R gives the bottleneck rate in bit/s
+ *   -R      bottleneck rate (bit/s) for -k (both or neither)
+ * Pacing (-k): the kernel's shaper releases a frame when its qdisc watchdog (an hrtimer) fires,
+ * and on this VM that interrupt plus the NET_TX softirq behind it come 10-50 us late with as
+ * much jitter (bench/results/pacing.md). Any enqueue on the port also runs the qdisc, so we
+ * send a "kick" frame when the shaper's next frame is due: the shaper (still the only rate
+ * limit and the only queue) releases it inside our send(), and the frame reaches side A before
+ * send() returns, which tells us the kick hit. Kicks then follow on a grid of frame times. A
+ * departure we did not cause (timer, arrival at an empty queue) is only seen when we read it,
+ * so after one we probe every few us around its frame time until a kick hits again; a kick
+ * that releases nothing (queue empty) waits for the next departure. (Kernel receive timestamps
+ * cannot date departures: forwarded TCP frames keep the sender's EDT time in skb->tstamp.)
+ * SIGUSR1 toggles pacing (for A/B benchmarks).
  * Stats also give how late frames left against their release time (mean, p50, p99, max): the
  * jitter the delay line adds on top of its constant delay.
  * SIGTERM/SIGINT: write final stats and exit 0.
@@ -81,7 +97,31 @@ struct dir {
 	uint64_t drop_full, drop_oversize, drop_send, drop_kernel;
 	uint64_t max_held, late_max_ns, late_sum_ns;
 	uint64_t late_hist[LATE_BUCKETS];
+	/* when we read the latest frame, its length, and bytes read (for the pacer) */
+	uint64_t last_rx_ns, rx_run_bytes;
+	uint32_t last_rx_len;
 };
+
+/* The kicker of -k (see the header comment). Times are CLOCK_MONOTONIC ns. */
+struct pacer {
+	int fd;
+	double ns_per_byte;
+	uint64_t next_ns;  /* next kick, 0 = none planned: wait for a departure */
+	uint64_t until_ns; /* while a kick releases nothing, retry every PROBE_NS until then */
+	uint64_t seen_ns;  /* read time of the last departure the schedule accounts for */
+	uint64_t kicks, hits, grid_hits, send_errors, late_sum_ns, late_max_ns;
+	int last_errno;
+};
+/* A departure we did not cause (the shaper's timer, or an arrival at an empty queue) is read up
+ * to a few tens of us after it left; the next frame is due one frame time after it left, so
+ * probe from PROBE_EARLY_NS before that until PROBE_LATE_NS after, every PROBE_NS. A kick that
+ * releases a frame fixes the shaper's phase to within PROBE_NS; later kicks follow on a grid. */
+#define PROBE_NS 2000ull
+#define PROBE_EARLY_NS 30000ull
+#define PROBE_LATE_NS 10000ull
+#define GRID_SLACK_NS 4000ull
+static volatile sig_atomic_t pacing_off;
+static void on_usr1(int sig) { (void)sig; pacing_off = !pacing_off; }
 
 struct map_entry {
 	uint32_t ip; /* network order, 0 = empty */
@@ -130,6 +170,18 @@ static int parse_delay_us(const char *s, double *out)
 	errno = 0;
 	double v = strtod(s, &end);
 	if (end == s || *end || errno == ERANGE || !isfinite(v) || v < 0 || v > MAX_DELAY_US)
+		return 0;
+	*out = v;
+	return 1;
+}
+
+/* A whole number from lo to hi, all of s (atoi took "3x" as 3 and garbage as 0). */
+static int parse_long(const char *s, long lo, long hi, long *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (end == s || *end || errno == ERANGE || v < lo || v > hi)
 		return 0;
 	*out = v;
 	return 1;
@@ -336,6 +388,9 @@ static int drain_input(struct dir *d, int forward)
 			return n;
 		}
 		uint64_t t = now_ns();
+		d->last_rx_ns = t;
+		d->last_rx_len = (uint32_t)r;
+		d->rx_run_bytes += (uint64_t)r;
 		n++;
 		d->rx_frames++;
 		d->rx_bytes += (uint64_t)r;
@@ -434,7 +489,7 @@ static void dir_json(FILE *f, struct dir *d)
 		late_quantile(d, 0.99));
 }
 
-static void write_stats(const char *path, struct dir *fwd, struct dir *rev)
+static void write_stats(const char *path, struct dir *fwd, struct dir *rev, const struct pacer *p)
 {
 	if (!path)
 		return;
@@ -449,15 +504,79 @@ static void write_stats(const char *path, struct dir *fwd, struct dir *rev)
 	dir_json(f, fwd);
 	fputs(", ", f);
 	dir_json(f, rev);
+	if (p->fd >= 0)
+		fprintf(f,
+			", \"pacer\": {\"on\": %s, \"kicks\": %llu, \"hits\": %llu, \"grid_hits\": %llu, "
+			"\"send_errors\": %llu, \"last_errno\": %d, \"late_mean_us\": %.3f, \"late_max_us\": %.3f}",
+			pacing_off ? "false" : "true", (unsigned long long)p->kicks, (unsigned long long)p->hits,
+			(unsigned long long)p->grid_hits, (unsigned long long)p->send_errors, p->last_errno,
+			p->grid_hits ? p->late_sum_ns / 1e3 / (double)p->grid_hits : 0.0, p->late_max_ns / 1e3);
 	fputs("}\n", f);
 	if (fclose(f) == 0)
 		rename(tmp, path);
 }
 
+/* After side A was drained: plan probes after a departure we did not cause. */
+static void pacer_observe(struct pacer *p, struct dir *d)
+{
+	if (p->fd < 0 || d->last_rx_ns <= p->seen_ns)
+		return;
+	p->seen_ns = d->last_rx_ns;
+	uint64_t due = d->last_rx_ns + (uint64_t)(d->last_rx_len * p->ns_per_byte);
+	p->next_ns = due - PROBE_EARLY_NS;
+	p->until_ns = due + PROBE_LATE_NS;
+	d->rx_run_bytes = 0;
+}
+
+/* Kick if due; returns the next kick time, or 0 if none is planned. */
+static uint64_t pacer_run(struct pacer *p, struct dir *fwd)
+{
+	static const unsigned char kick[60] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02, 0, 0, 0, 0, 0, 0x88, 0xb5};
+	if (p->fd < 0 || pacing_off || !p->next_ns)
+		return 0;
+	uint64_t t = now_ns();
+	if (t < p->next_ns)
+		return p->next_ns;
+	/* Frames that left before this kick are someone else's departures. */
+	drain_input(fwd, 1);
+	pacer_observe(p, fwd);
+	if (t < p->next_ns)
+		return p->next_ns;
+	uint64_t due = p->next_ns, on_grid = p->until_ns == due + GRID_SLACK_NS;
+	p->kicks++;
+	if (send(p->fd, kick, sizeof kick, MSG_DONTWAIT) < 0) {
+		p->send_errors++;
+		p->last_errno = errno;
+	}
+	/* A frame the kick released went through the veth to side A inside send(). */
+	fwd->rx_run_bytes = 0;
+	drain_input(fwd, 1);
+	if (fwd->rx_run_bytes) {
+		uint64_t late = t - due;
+		p->hits++;
+		if (on_grid) {
+			p->grid_hits++;
+			p->late_sum_ns += late;
+			if (late > p->late_max_ns)
+				p->late_max_ns = late;
+		}
+		p->seen_ns = fwd->last_rx_ns;
+		/* The shaper keeps the tokens of our lateness, so the next frame is due one frame time
+		 * after this one was due; far behind (preempted), start again from now. */
+		uint64_t step = (uint64_t)(fwd->rx_run_bytes * p->ns_per_byte);
+		p->next_ns = (on_grid && late < step / 2 ? due : t) + step;
+		p->until_ns = p->next_ns + GRID_SLACK_NS;
+		fwd->rx_run_bytes = 0;
+	} else {
+		p->next_ns = t + PROBE_NS <= p->until_ns ? t + PROBE_NS : 0;
+	}
+	return p->next_ns;
+}
+
 static void usage(void)
 {
 	fputs("usage: bsz-delayline -a IFACE -b IFACE [-f US] [-r US] [-m MAPFILE] [-n SLOTS] [-s STATS]"
-	      " [-i MS] [-p RTPRIO] [-w US]\n",
+	      " [-i MS] [-p RTPRIO] [-w US] [-c CPU] [-k FD -R BPS]\n",
 	      stderr);
 	exit(2);
 }
@@ -466,9 +585,12 @@ int main(int argc, char **argv)
 {
 	const char *side_a = NULL, *side_b = NULL, *map_path = NULL, *stats_path = NULL;
 	double fwd_us = 0, rev_us = 0;
-	long slots = 65536, interval_ms = 200, rtprio = 0, spin_us = 0;
+	long slots = 65536, interval_ms = 200, rtprio = 0, spin_us = 0, cpu = -1;
+	struct pacer pacer = {.fd = -1};
+	double rate_bps = 0;
+	long kick_fd = -1;
 	int opt;
-	while ((opt = getopt(argc, argv, "a:b:f:r:m:n:s:i:p:w:")) != -1) {
+	while ((opt = getopt(argc, argv, "a:b:f:r:m:n:s:i:p:w:c:k:R:")) != -1) {
 		switch (opt) {
 		case 'a': side_a = optarg; break;
 		case 'b': side_b = optarg; break;
@@ -480,11 +602,30 @@ int main(int argc, char **argv)
 		case 'i': interval_ms = atol(optarg); break;
 		case 'p': rtprio = atol(optarg); break;
 		case 'w': spin_us = atol(optarg); break;
+		case 'c': if (!parse_long(optarg, 0, CPU_SETSIZE - 1, &cpu)) usage(); break;
+		case 'k': if (!parse_long(optarg, 0, INT32_MAX, &kick_fd)) usage(); break;
+		case 'R': {
+			char *end;
+			rate_bps = strtod(optarg, &end);
+			if (end == optarg || *end || !isfinite(rate_bps) || rate_bps < 1e3 || rate_bps > 1e12)
+				usage();
+			break;
+		}
 		default: usage();
 		}
 	}
-	if (!side_a || !side_b || slots < 16 || slots > (1 << 22) || interval_ms < 10 || spin_us < 0)
+	if (!side_a || !side_b || slots < 16 || slots > (1 << 22) || interval_ms < 10 || spin_us < 0 ||
+	    (kick_fd >= 0) != (rate_bps > 0))
 		usage();
+	pacer.fd = (int)kick_fd;
+	pacer.ns_per_byte = rate_bps > 0 ? 8e9 / rate_bps : 0;
+	if (cpu >= 0) {
+		cpu_set_t set;
+		CPU_ZERO(&set);
+		CPU_SET((int)cpu, &set);
+		if (sched_setaffinity(0, sizeof set, &set) < 0)
+			die("sched_setaffinity");
+	}
 	if (map_path)
 		load_map(map_path);
 
@@ -499,6 +640,8 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	struct sigaction su = {.sa_handler = on_usr1, .sa_flags = SA_RESTART};
+	sigaction(SIGUSR1, &su, NULL);
 
 	int if_a, if_b;
 	int fd_a = open_side(side_a, &if_a), fd_b = open_side(side_b, &if_b);
@@ -509,7 +652,7 @@ int main(int argc, char **argv)
 	rev.in_fd = fd_b, rev.out_fd = fd_a, rev.out_ifindex = if_a;
 
 	/* Tell whoever started us that both sockets are open. */
-	write_stats(stats_path, &fwd, &rev);
+	write_stats(stats_path, &fwd, &rev, &pacer);
 	fprintf(stdout, "ready\n");
 	fflush(stdout);
 
@@ -517,15 +660,17 @@ int main(int argc, char **argv)
 	uint64_t spin_ns = (uint64_t)spin_us * 1000ull;
 	struct pollfd pfd[2] = {{.fd = fd_a, .events = POLLIN}, {.fd = fd_b, .events = POLLIN}};
 	while (!stop_requested) {
-		uint64_t n1 = release_due(&fwd), n2 = release_due(&rev);
+		uint64_t n3 = pacer_run(&pacer, &fwd), n1 = release_due(&fwd), n2 = release_due(&rev);
 		uint64_t next = next_stats;
+		if (n3 && n3 < next)
+			next = n3;
 		if (n1 && n1 < next)
 			next = n1;
 		if (n2 && n2 < next)
 			next = n2;
 		uint64_t t = now_ns();
 		if (t >= next_stats) {
-			write_stats(stats_path, &fwd, &rev);
+			write_stats(stats_path, &fwd, &rev, &pacer);
 			next_stats = t + interval_ns;
 			continue;
 		}
@@ -541,8 +686,10 @@ int main(int argc, char **argv)
 		if (r < 0 && errno != EINTR)
 			die("ppoll");
 		if (r > 0) {
-			if (pfd[0].revents & POLLIN)
+			if (pfd[0].revents & POLLIN) {
 				drain_input(&fwd, 1);
+				pacer_observe(&pacer, &fwd);
+			}
 			if (pfd[1].revents & POLLIN)
 				drain_input(&rev, 0);
 			if ((pfd[0].revents | pfd[1].revents) & (POLLERR | POLLNVAL)) {
@@ -551,7 +698,7 @@ int main(int argc, char **argv)
 			}
 		}
 	}
-	write_stats(stats_path, &fwd, &rev);
+	write_stats(stats_path, &fwd, &rev, &pacer);
 	dir_free(&fwd); /* so LeakSanitizer's exit check passes */
 	dir_free(&rev);
 	return 0;
