@@ -20,6 +20,7 @@ from buffersizing.measure import MeasureOptions
 from buffersizing.options import add_flows_arg, add_link_args, add_measure_args, add_result_args, add_search_args
 from buffersizing.presets import PRESETS
 from buffersizing.resultdir import check_out_dir
+from topologies.config import DumbbellConfig
 from topologies.errors import MachineError, RunError, UsageError
 from topologies.machine import delay_backend
 
@@ -42,9 +43,9 @@ def require_root() -> None:
 
 def result_dir(a: argparse.Namespace, name: str = "result.json") -> Path | None:
     """--out checked (a writable directory, no earlier result unless --force) before anything is built."""
-    if not a.out:
+    if a.out is None:
         return None
-    out = check_out_dir(Path(a.out))
+    out = check_out_dir(a.out)
     if (out / name).exists() and not a.force:
         raise UsageError(f"--out {out} already holds a {name}; choose another directory or add --force")
     return out
@@ -63,11 +64,10 @@ def cmd_doctor(a: argparse.Namespace) -> int:
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
-    from buffersizing.verify import format_summary, run_verify
-    from topologies.units import check_number
+    from buffersizing.verify import check_duration, format_summary, run_verify
 
     cfg = options.config_from_args(a)
-    check_number("--duration", a.duration, 0, 3600)
+    check_duration(a.duration)
     require_root()
     out = result_dir(a, "verify.json")
     if not a.json:
@@ -78,13 +78,12 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
 
 def cmd_flows(a: argparse.Namespace) -> int:
-    from buffersizing.flows import format_flows, run_flows
+    from buffersizing.flows import check_duration, format_flows, run_flows
     from buffersizing.traffic import split_flows
-    from topologies.units import check_number
 
     cfg = options.config_from_args(a)
     split_flows(a.flows, cfg.hosts)
-    check_number("--duration", a.duration, 0, 3600)
+    check_duration(a.duration)
     require_root()
     s = run_flows(cfg, delay_backend(cfg.delay_backend), a.flows, a.tool, a.duration, quiet_if(a.json) or stderr_say)
     print(json.dumps(s, indent=1) if a.json else format_flows(s, a.duration))
@@ -101,7 +100,7 @@ def cmd_search(a: argparse.Namespace) -> int:
                          resolution=a.resolution, max_samples=a.max_samples, alpha=a.alpha,
                          max_buffer_packets=a.max_buffer_packets, first_guess=not a.no_first_guess, tool=a.tool,
                          fidelity_s=a.fidelity_s)  # fmt: skip
-    opts.validate()
+    opts.validate(cfg)
     if a.print_config:  # resolved and checked; nothing is built
         return print(json.dumps(resolved_config(cfg, opts))) or 0
     require_root()
@@ -114,9 +113,9 @@ def cmd_search(a: argparse.Namespace) -> int:
     return 0 if result["valid"] else 3
 
 
-def measure_options(a: argparse.Namespace, flows: int) -> MeasureOptions:
+def measure_options(a: argparse.Namespace, flows: int, cfg: DumbbellConfig) -> MeasureOptions:
     o = MeasureOptions(flows, a.duration, a.settle_s, a.sample_s, a.reference_s, a.fidelity_s, a.tool)
-    o.validate()
+    o.validate(cfg)
     return o
 
 
@@ -126,7 +125,7 @@ def cmd_measure(a: argparse.Namespace) -> int:
     if a.buffer_bytes is None and a.buffer_packets is None:
         raise UsageError("give the buffer under study: --buffer-packets or --buffer-bytes")
     cfg = options.config_from_args(a)
-    opts = measure_options(a, a.flows)
+    opts = measure_options(a, a.flows, cfg)
     require_root()
     out = result_dir(a)
     assert cfg.buffer_bytes is not None
@@ -136,20 +135,17 @@ def cmd_measure(a: argparse.Namespace) -> int:
 
 
 def cmd_util_table(a: argparse.Namespace) -> int:
-    from buffersizing.utiltable import run_util_table
+    from buffersizing.utiltable import MAX_MULTIPLE, check_table, run_util_table
 
     flows = options.parse_flow_list(a.flows)
-    multiples = options.parse_float_list("--multiples", a.multiples)
-    for n in flows:
-        if not 1 <= n <= 800:
-            raise UsageError(f"--flows {n}: must be from 1 to 800")
-    if not 1 <= a.hosts <= 400:
-        raise UsageError(f"--hosts {a.hosts}: must be from 1 to 400")
+    multiples = options.parse_float_list("--multiples", a.multiples, 0, MAX_MULTIPLE)
+    check_table(flows, multiples, a.hosts)
     configs = {n: options.link_config(a, min(n, a.hosts)) for n in flows}
-    opts = {n: measure_options(a, n) for n in flows}
+    opts = {n: measure_options(a, n, configs[n]) for n in flows}
     require_root()
+    out = check_out_dir(a.out)  # before the backend probe builds its namespace
     backend = delay_backend(a.delay_backend)
-    paths = run_util_table(Path(a.out), flows, multiples, a.hosts, configs.get, opts.get, backend, stderr_say)
+    paths = run_util_table(out, flows, multiples, a.hosts, configs.get, opts.get, backend, stderr_say)
     for path in paths:
         print(f"wrote {path}")
     return 0
@@ -171,7 +167,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
               "alpha": a.alpha, "max_buffer_packets": a.max_buffer_packets, "first_guess": not a.no_first_guess,
               "tool": a.tool, "fidelity_s": a.fidelity_s}  # fmt: skip
     spec = make_spec(a.preset, flows, overrides, search)
-    out = check_out_dir(Path(a.out))
+    out = check_out_dir(a.out)
     require_root()
     res = run_sweep(out, spec, delay_backend(spec.delay_backend))
     if res["finished"]:
@@ -188,7 +184,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
 def cmd_plot(a: argparse.Namespace) -> int:
     from buffersizing.report import plot_dir
 
-    for path in plot_dir(Path(a.dir), a.title):
+    for path in plot_dir(a.dir, a.title):
         print(f"wrote {path}")
     return 0
 
@@ -208,7 +204,7 @@ def cmd_quick(a: argparse.Namespace) -> int:
     from buffersizing.quick import run_quick
 
     require_root()
-    return run_quick(Path(a.out))
+    return run_quick(a.out)
 
 
 def build_parser() -> Parser:

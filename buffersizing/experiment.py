@@ -14,6 +14,7 @@ recorded so far and an error.json are written before the exception goes on.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 import traceback
@@ -26,23 +27,38 @@ from buffersizing.resultdir import write_json_atomic
 from buffersizing.traffic import FlowStart, LongFlows
 from monitors.cpu import MIN_IDLE
 from monitors.drops import DropMonitor, DropSummary
-from monitors.fidelity import FidelityMonitor
+from monitors.fidelity import MIN_BUSY_GAPS, FidelityMonitor
 from monitors.plots import plot_run, write_fidelity_csv
 from monitors.recorder import Recorder, Recording, summary, write_csvs
-from topologies.config import DumbbellConfig
+from topologies import FRAME_BYTES
+from topologies.config import MAX_RATE_MBPS, DumbbellConfig
 from topologies.description import pacing_applies
 from topologies.dumbbell import Dumbbell
-from topologies.errors import RunError
+from topologies.errors import RunError, UsageError
 
 GOOD_REFERENCE = 0.97  # of the nominal rate: below this the result is flagged
 MAX_FIDELITY_GT10 = 0.10  # fraction of gaps >10 % off ideal above which pacing is flagged (2012: 6-8 %)
 MIN_QUEUE_HZ = 90  # the queue monitor is meant to run at 100 Hz; below this it fell behind
+
+MAX_FIDELITY_S = 60.0
+MAX_WAIT_S = 600.0  # longest --settle-s, --sample-s and --reference-s
+# Rates are read from interface counters: a sample much shorter than 100 ms is mostly the jitter
+# of the reads themselves.
+MIN_SAMPLE_S = 0.1
 
 Say = Callable[[str], None]
 
 
 def stderr_say(s: str) -> None:
     print(s, file=sys.stderr, flush=True)
+
+
+def check_fidelity_s(seconds: float) -> None:
+    """--fidelity-s: 0 skips the trace; otherwise long enough to hold the gaps its summary needs at
+    the fastest rate the toolkit runs (a slower link may still give too few: the summary says so)."""
+    least = MIN_BUSY_GAPS * FRAME_BYTES * 8 / (MAX_RATE_MBPS * 1e6)
+    if seconds != 0 and not (math.isfinite(seconds) and least <= seconds <= MAX_FIDELITY_S):
+        raise UsageError(f"--fidelity-s {seconds:g}: must be 0 (skip) or from {least:.2g} to {MAX_FIDELITY_S:g} s")
 
 
 class Experiment:

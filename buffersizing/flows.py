@@ -6,9 +6,21 @@ import time
 
 from buffersizing.experiment import Experiment, Say
 from topologies.config import DumbbellConfig
+from topologies.units import check_number
+
+# The bottleneck rate reported is bytes over the run: under a second it says little about
+# whether the flows are carrying data.
+MIN_DURATION_S = 1.0
+MAX_DURATION_S = 3600.0
+
+
+def check_duration(seconds: float) -> None:
+    """--duration of `bufsize flows`."""
+    check_number("--duration", seconds, MIN_DURATION_S, MAX_DURATION_S, lo_inclusive=True)
 
 
 def run_flows(cfg: DumbbellConfig, backend: str, flows: int, tool: str, duration: float, say: Say) -> dict:
+    check_duration(duration)
     t0 = time.monotonic()
     with Experiment(cfg, backend, "flows", None, say) as ex:
         assert ex.net is not None

@@ -9,13 +9,14 @@ be judged. Utilization itself is against the nominal rate C, as the papers repor
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from buffersizing.dynamics import auto_timing
-from buffersizing.experiment import Experiment, Say
+from buffersizing.experiment import MAX_WAIT_S, MIN_SAMPLE_S, Experiment, Say, check_fidelity_s
 from buffersizing.traffic import LongFlows, split_flows
 from monitors.cpu import CpuMonitor
 from monitors.rate import sample_rates
@@ -28,6 +29,7 @@ from topologies.errors import UsageError
 from topologies.units import check_buffer_bytes, check_number
 
 REFERENCE_BDPS = 2
+MAX_DURATION_S = 3600.0
 # Many flows starting together overshoot in slow start and sit out timeouts with backoff; give them time.
 MIN_WARMUP_S = 15.0
 MIN_SETTLE_S = 5.0
@@ -43,16 +45,25 @@ class MeasureOptions:
     fidelity_s: float = 2.0
     tool: str = "iperf"
 
-    def validate(self) -> None:
+    def validate(self, cfg: DumbbellConfig) -> None:
         split_flows(self.flows, 1)
-        check_number("--duration", self.duration_s, 0, 3600)
+        check_number("--duration", self.duration_s, 0, MAX_DURATION_S)
         if self.settle_s is not None:
-            check_number("--settle-s", self.settle_s, 0, 600, lo_inclusive=True)
-        check_number("--sample-s", self.sample_s, 0, 60)
+            check_number("--settle-s", self.settle_s, 0, MAX_WAIT_S, lo_inclusive=True)
+        check_number("--sample-s", self.sample_s, MIN_SAMPLE_S, 60, lo_inclusive=True)
         if self.sample_s > self.duration_s:
             raise UsageError(f"--sample-s {self.sample_s:g} is longer than --duration {self.duration_s:g}")
-        check_number("--reference-s", self.reference_s, 0, 600, lo_inclusive=True)
-        check_number("--fidelity-s", self.fidelity_s, 0, 60, lo_inclusive=True)
+        # The reference is sampled in whole seconds (max(1, round(reference_s)) samples of 1 s).
+        if self.reference_s != 0 and not (math.isfinite(self.reference_s) and 1 <= self.reference_s <= MAX_WAIT_S):
+            raise UsageError(f"--reference-s {self.reference_s:g}: must be 0 (skip) or from 1 to {MAX_WAIT_S:g} s")
+        check_fidelity_s(self.fidelity_s)
+        if self.reference_s > 0 and round(cfg.bdp_bytes / FRAME_BYTES) < 1:
+            # The flows warm up and the reference is taken at REFERENCE_BDPS x round(BDP) packets.
+            raise UsageError(
+                f"--rtt-ms {max(cfg.rtt_ms):g} with --rate-mbps {cfg.rate_mbps:g}: the bandwidth-delay product is "
+                f"{cfg.bdp_bytes / FRAME_BYTES:.2g} packets, so the reference buffer of {REFERENCE_BDPS} BDP "
+                "would be empty; give a longer --rtt-ms or skip the reference with --reference-s 0"
+            )
 
 
 def measure_buffer(
@@ -119,7 +130,7 @@ def run_measure(
     log: Say | None = None,
 ) -> dict:
     """Measure at each buffer in turn on one dumbbell; return (and, with `out`, write) the result."""
-    opts.validate()
+    opts.validate(cfg)
     if not buffers_bytes:
         raise UsageError("give at least one buffer")
     for b in buffers_bytes:

@@ -12,6 +12,7 @@ import math
 
 from buffersizing.model import PACKET_BYTES, format_report, predict
 from topologies.errors import UsageError
+from topologies.units import check_number
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -38,7 +39,19 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return m
 
 
-def _numbers(flag: str, texts: list[str]) -> list[float]:
+# Pure arithmetic takes a wider range than the emulator, but every input is finite and bounded so
+# that no prediction overflows to inf or divides by a number that underflowed to 0.
+MAX_FLOWS = 1_000_000
+RATE_MBPS = (0.001, 1e7)  # 1 kb/s to 10 Tb/s
+RTT_MS = (0.001, 1e6)  # 1 us to 1000 s
+MAX_BUFFER_PACKETS = 1e9
+MAX_PACKET_BYTES = 65535  # the largest IP datagram
+MAX_IW = 1000
+MAX_FLOW_PACKETS = 1_000_000
+
+
+def _numbers(flag: str, texts: list[str], lo: float, hi: float) -> list[float]:
+    """Comma lists (the option may repeat) of numbers each within [lo, hi]; messages quote what was typed."""
     out = []
     for text in texts:
         for part in text.split(","):
@@ -46,30 +59,21 @@ def _numbers(flag: str, texts: list[str]) -> list[float]:
                 x = float(part)
             except ValueError:
                 raise UsageError(f"{flag} {text}: not a number or a comma list of numbers") from None
-            if not math.isfinite(x):
-                raise UsageError(f"{flag} {text}: must be finite")
+            if not (math.isfinite(x) and lo <= x <= hi):
+                raise UsageError(f"{flag} {text}: each must be from {lo:g} to {hi:g}")
             out.append(x)
     return out
 
 
 def _check(a: argparse.Namespace) -> tuple[list[float], list[float] | None]:
     """Validate the arguments; return the RTTs and the buffers (None: the two rules)."""
-    if a.flows < 1:
-        raise UsageError(f"--flows {a.flows}: must be a whole number, 1 or more")
-    if not (math.isfinite(a.rate_mbps) and a.rate_mbps > 0):
-        raise UsageError(f"--rate-mbps {a.rate_mbps:g}: must be more than 0")
-    rtts = _numbers("--rtt-ms", [a.rtt_ms])
-    if min(rtts) <= 0:
-        raise UsageError(f"--rtt-ms {a.rtt_ms}: every RTT must be more than 0")
-    buffers = _numbers("--buffer-packets", a.buffer_packets) if a.buffer_packets else None
-    if buffers is not None and min(buffers) < 0:
-        raise UsageError(f"--buffer-packets {','.join(a.buffer_packets)}: buffers cannot be negative")
-    if a.packet_bytes < 1:
-        raise UsageError(f"--packet-bytes {a.packet_bytes}: must be 1 or more")
-    if a.iw < 1:
-        raise UsageError(f"--iw {a.iw}: the initial window must be 1 packet or more")
-    if a.flow_packets < 1:
-        raise UsageError(f"--flow-packets {a.flow_packets}: must be 1 or more")
+    check_number("--flows", a.flows, 1, MAX_FLOWS, lo_inclusive=True)
+    check_number("--rate-mbps", a.rate_mbps, *RATE_MBPS, lo_inclusive=True)
+    rtts = _numbers("--rtt-ms", [a.rtt_ms], *RTT_MS)
+    buffers = _numbers("--buffer-packets", a.buffer_packets, 0, MAX_BUFFER_PACKETS) if a.buffer_packets else None
+    check_number("--packet-bytes", a.packet_bytes, 1, MAX_PACKET_BYTES, lo_inclusive=True)
+    check_number("--iw", a.iw, 1, MAX_IW, lo_inclusive=True)
+    check_number("--flow-packets", a.flow_packets, 1, MAX_FLOW_PACKETS, lo_inclusive=True)
     if a.load is not None and not 0 < a.load < 1:
         raise UsageError(f"--load {a.load:g}: must be strictly between 0 and 1 (an M/G/1 queue is unstable at 1)")
     return rtts, buffers

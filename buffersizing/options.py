@@ -11,8 +11,9 @@ import argparse
 import math
 
 from topologies import FRAME_BYTES
-from topologies.config import DELAY_BACKENDS, PACER_DEFAULT, SHAPERS, DumbbellConfig, parse_rtts
+from topologies.config import DELAY_BACKENDS, MAX_HOSTS, PACER_DEFAULT, SHAPERS, DumbbellConfig, parse_rtts
 from topologies.errors import UsageError
+from topologies.units import MAX_BUFFER_BYTES, packets_to_bytes
 
 
 def add_link_args(p: argparse.ArgumentParser, rate: float | None = 62.5, rtt: str | None = "87",
@@ -111,15 +112,18 @@ def add_measure_args(p: argparse.ArgumentParser) -> None:
 
 
 def buffer_from_args(buffer_bytes: int | None, buffer_packets: float | None) -> int | None:
-    """--buffer-bytes or --buffer-packets (whole frames of 1514 bytes) as bytes; None if neither."""
+    """--buffer-bytes or --buffer-packets (whole frames of 1514 bytes) as bytes; None if neither.
+
+    --buffer-packets is checked here, before it is converted (1e308 packets would overflow);
+    --buffer-bytes is checked with every other buffer by DumbbellConfig.validate.
+    """
     if buffer_bytes is not None and buffer_packets is not None:
         raise UsageError("give --buffer-bytes or --buffer-packets, not both")
     if buffer_packets is not None:
-        if not math.isfinite(buffer_packets) or buffer_packets < 1:
-            raise UsageError(f"--buffer-packets {buffer_packets:g}: must be at least 1 packet")
-        return int(round(buffer_packets * FRAME_BYTES))
-    if buffer_bytes is not None and buffer_bytes < FRAME_BYTES:
-        raise UsageError(f"--buffer-bytes {buffer_bytes}: must be at least one packet ({FRAME_BYTES} bytes)")
+        most = MAX_BUFFER_BYTES // FRAME_BYTES
+        if not (math.isfinite(buffer_packets) and 1 <= buffer_packets <= most):
+            raise UsageError(f"--buffer-packets {buffer_packets:g}: must be at least 1 packet and at most {most}")
+        return packets_to_bytes(buffer_packets)
     return buffer_bytes
 
 
@@ -142,23 +146,33 @@ def link_config(a: argparse.Namespace, hosts: int, buffer_bytes: int | None = No
 
 
 def config_from_args(a: argparse.Namespace) -> DumbbellConfig:
-    if not 1 <= a.hosts <= 400:  # before parse_rtts, which would spread a range over them
-        raise UsageError(f"--hosts {a.hosts}: must be a whole number from 1 to 400")
+    if not 1 <= a.hosts <= MAX_HOSTS:  # before parse_rtts, which would spread a range over them
+        raise UsageError(f"--hosts {a.hosts}: must be a whole number from 1 to {MAX_HOSTS}")
     return link_config(a, a.hosts, buffer_from_args(a.buffer_bytes, a.buffer_packets))
 
 
-def parse_float_list(name: str, text: str) -> list[float]:
+def _split_list(name: str, text: str, example: str) -> list[str]:
+    """The comma-separated entries of a list option; an empty entry ('1,,2', '2,') is a typo, not a skip."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(parts):
+        raise UsageError(f"{name} {text}: expected numbers separated by commas, like {example}")
+    return parts
+
+
+def parse_float_list(name: str, text: str, lo: float, hi: float) -> list[float]:
+    """Numbers each finite and within (lo, hi]; the message quotes the list as typed."""
     try:
-        vals = [float(v) for v in text.split(",") if v.strip()]
+        vals = [float(v) for v in _split_list(name, text, "0.5,1,2,3")]
     except ValueError as e:
         raise UsageError(f"{name} {text}: expected numbers separated by commas, like 0.5,1,2,3") from e
-    if not vals or any(not (math.isfinite(v) and v > 0) for v in vals):
-        raise UsageError(f"{name} {text}: expected positive numbers")
+    if not all(math.isfinite(v) and lo < v <= hi for v in vals):
+        raise UsageError(f"{name} {text}: each must be more than {lo:g} and at most {hi:g}")
     return vals
 
 
 def parse_flow_list(text: str) -> list[int]:
+    """Whole numbers only; their range is checked where they are used (SweepSpec, utiltable.check_table)."""
     try:
-        return [int(v) for v in text.split(",") if v.strip()]
+        return [int(v) for v in _split_list("--flows", text, "2,10,50")]
     except ValueError as e:
         raise UsageError(f"--flows {text}: expected whole numbers separated by commas, like 2,10,50") from e

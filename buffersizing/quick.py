@@ -37,10 +37,10 @@ def quick_dir(base: Path, spec: SweepSpec) -> Path:
     return d
 
 
-def run_quick(base: Path) -> int:
+def run_quick(given: str | Path) -> int:
     t0 = time.monotonic()
     spec = quick_spec()
-    check_out_dir(base)
+    base = check_out_dir(given)
     out = quick_dir(base, spec)
     caps = probe()
     print(format_report(caps))

@@ -227,10 +227,13 @@ def make_report(d: Path, title: str | None = None) -> list[Path]:
     return [*plot(results, d, title), *write_table(rows, d)]
 
 
-def plot_dir(d: Path, title: str | None = None) -> list[Path]:
+def plot_dir(given: str | Path, title: str | None = None) -> list[Path]:
     """`bufsize plot`: a sweep's figure and table, or one run's monitor plots redrawn from its CSVs."""
+    if not str(given).strip():  # Path("") would be the current directory
+        raise UsageError(f"dir '{given}': empty; give a sweep or run directory")
+    d = Path(given)
     if not d.is_dir():
-        raise UsageError(f"{d}: not a directory")
+        raise UsageError(f"dir {d}: not a directory")
     if (d / "result.json").exists():
         from monitors.plots import plot_run
 

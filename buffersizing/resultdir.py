@@ -16,8 +16,14 @@ from topologies.errors import UsageError
 PSEUDO_FILESYSTEMS = ("/proc", "/sys", "/dev")
 
 
-def check_out_dir(path: Path, name: str = "--out") -> Path:
-    """Make sure `path` is a writable directory (creating it); a one-line UsageError otherwise."""
+def check_out_dir(given: str | Path, name: str = "--out") -> Path:
+    """Make sure `given` is a writable directory (creating it); a one-line UsageError otherwise.
+
+    Pass the string as typed: Path("") is ".", and an empty --out must not mean the current directory.
+    """
+    if not str(given).strip():
+        raise UsageError(f"{name} '{given}': empty; give a directory")
+    path = Path(given)
     resolved = path.resolve()
     if any(resolved == Path(p) or Path(p) in resolved.parents for p in PSEUDO_FILESYSTEMS):
         raise UsageError(f"{name} {path}: not a place for results (a kernel pseudo-filesystem)")

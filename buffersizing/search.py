@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from buffersizing.dynamics import Timing, auto_timing
-from buffersizing.experiment import Experiment, Say
+from buffersizing.experiment import MAX_WAIT_S, MIN_SAMPLE_S, Experiment, Say, check_fidelity_s
 from buffersizing.median_search import MedianSearch, Probe
 from buffersizing.traffic import LongFlows, split_flows
 from monitors.cpu import CpuMonitor
@@ -56,23 +56,26 @@ class SearchOptions:
     tool: str = "iperf"
     fidelity_s: float = 2.0  # 0 skips the fidelity trace
 
-    def validate(self) -> None:
+    def validate(self, cfg: DumbbellConfig) -> None:
+        """Every option, then whether a search of this link with this many flows means anything."""
         split_flows(self.flows, 1)
         check_number("--target", self.target, 0.5, 1.0)
         if self.relative_to not in RELATIVE_TO:
             raise UsageError(f"--relative-to {self.relative_to}: must be one of {', '.join(RELATIVE_TO)}")
         if not 1 <= self.samples <= 100:
             raise UsageError(f"--samples {self.samples}: must be from 1 to 100")
-        for name, v in (("--settle-s", self.settle_s), ("--sample-s", self.sample_s)):
-            if v is not None:
-                check_number(name, v, 0, 600)
+        if self.settle_s is not None:
+            check_number("--settle-s", self.settle_s, 0, MAX_WAIT_S)
+        if self.sample_s is not None:
+            check_number("--sample-s", self.sample_s, MIN_SAMPLE_S, MAX_WAIT_S, lo_inclusive=True)
         check_number("--resolution", self.resolution, 0, 0.5, lo_inclusive=True)
         if self.max_samples and not self.samples < self.max_samples <= 200:
             raise UsageError(f"--max-samples {self.max_samples}: must be 0 (fixed count) or from --samples + 1 to 200")
         check_number("--alpha", self.alpha, 0, 0.5)
         if self.max_buffer_packets is not None and not 1 <= self.max_buffer_packets <= 1_000_000:
             raise UsageError(f"--max-buffer-packets {self.max_buffer_packets}: must be from 1 to 1000000")
-        check_number("--fidelity-s", self.fidelity_s, 0, 60, lo_inclusive=True)
+        check_fidelity_s(self.fidelity_s)
+        check_searchable(cfg, self.flows)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -83,6 +86,38 @@ def resolved_config(cfg: DumbbellConfig, opts: SearchOptions) -> dict:
     rtt = cfg.rtt_ms[0] if len(set(cfg.rtt_ms)) == 1 else cfg.rtt_ms
     return {"flows": opts.flows, "hosts": cfg.hosts, "rate_mbps": cfg.rate_mbps, "rtt_ms": rtt,
             "access_mbps": cfg.access_mbps, "cc": cfg.cc, "target": opts.target}  # fmt: skip
+
+
+def check_searchable(cfg: DumbbellConfig, flows: int) -> None:
+    """Refuse links on which the search cannot mean anything, before anything is built.
+
+    Two lower bounds, both about the link's pipe (RTT x C at the longest RTT) against N:
+    - RTT*C/sqrt(N) must be at least one packet: the answer is a whole number of packets (at least
+      one), it is reported against that figure (a ratio) and the first probe is that figure.
+    - the pipe plus the calibration buffer (3 BDP) must hold at least one packet per flow: a TCP
+      window never drops below one packet, so with less even the search's top buffer leaves flows
+      sitting in retransmission timeouts and the reference rate measures timers, not the link.
+      The paper's hardest point (800 flows, 62.5 Mb/s, 87 ms: 449 packets) holds 1.7 per flow.
+    """
+    bdp = cfg.bdp_bytes / FRAME_BYTES
+    rtt = max(cfg.rtt_ms)
+    link = f"--rate-mbps {cfg.rate_mbps:g} with --rtt-ms {rtt:g} and --flows {flows}"
+    if rtt == 0:
+        raise UsageError(
+            f"--rtt-ms 0: search needs a round trip: its calibration buffer is {CALIBRATION_BDPS} x RTT x C "
+            "and its answer is judged against RTT*C/sqrt(N), both 0 here"
+        )
+    if bdp / math.sqrt(flows) < 1:
+        raise UsageError(
+            f"{link}: RTT*C/sqrt(N) is {bdp / math.sqrt(flows):.2g} packets, under the one packet a search can "
+            "answer; raise --rate-mbps or --rtt-ms, or lower --flows"
+        )
+    if (CALIBRATION_BDPS + 1) * bdp < flows:
+        raise UsageError(
+            f"{link}: the pipe and the {CALIBRATION_BDPS}-BDP calibration buffer hold "
+            f"{(CALIBRATION_BDPS + 1) * bdp:.0f} packets, fewer than one per flow, so flows would sit in "
+            "timeouts even at the top of the search; raise --rate-mbps or --rtt-ms, or lower --flows"
+        )
 
 
 def theory(cfg: DumbbellConfig, flows: int) -> dict:
@@ -219,7 +254,7 @@ def run_search(
     log: Say | None = None,
 ) -> dict:
     """Run one search end to end and return (and, with `out`, write) its result."""
-    opts.validate()
+    opts.validate(cfg)
     th = theory(cfg, opts.flows)
     cal_packets = math.ceil(CALIBRATION_BDPS * cfg.bdp_bytes / FRAME_BYTES)
     cfg = replace(cfg, buffer_bytes=cal_packets * FRAME_BYTES)

@@ -57,8 +57,9 @@ class SweepSpec:
         if not 1 <= self.max_hosts <= 400:
             raise UsageError(f"--hosts {self.max_hosts}: must be from 1 to 400")
         for n in self.flows:
-            self.config(n).validate()
-            self.options(n).validate()
+            cfg = self.config(n)
+            cfg.validate()
+            self.options(n).validate(cfg)
 
     def config(self, flows: int) -> DumbbellConfig:
         hosts = min(flows, self.max_hosts)

@@ -23,9 +23,11 @@ from buffersizing.experiment import Say
 from buffersizing.measure import MeasureOptions, run_measure
 from buffersizing.report import REFERENCE_DIR, read_tsv
 from buffersizing.resultdir import check_out_dir, read_finished, write_json_atomic
+from buffersizing.traffic import MAX_FLOWS
 from topologies import FRAME_BYTES
-from topologies.config import DumbbellConfig
+from topologies.config import MAX_HOSTS, DumbbellConfig
 from topologies.errors import UsageError
+from topologies.units import check_buffer_bytes
 
 GSR_TSV = "gsr-oc3-utilization-table.tsv"
 PUBLISHED_BDP = 1291
@@ -42,6 +44,31 @@ def buffer_packets(flows: int, multiple: float, bdp: float = PUBLISHED_BDP) -> i
     """As the table counts them: the 1x size truncated first (1291/sqrt(300) = 74.5 is listed as 74,
     1291/sqrt(400) = 64.55 as 64), then halves rounded to even (0.5 x 129 = 64, 0.5 x 91 = 46)."""
     return round(multiple * int(bdp / math.sqrt(flows)))
+
+
+MAX_MULTIPLE = 1000.0  # 1000 x 1291/sqrt(n) packets is far beyond any buffer the table studies
+
+
+def check_table(flows: list[int], multiples: list[float], max_hosts: int) -> None:
+    """The table's rows (n) and columns (multiples), before anything is built."""
+    for n in flows:
+        if not 1 <= n <= MAX_FLOWS:
+            raise UsageError(f"--flows {n}: must be from 1 to {MAX_FLOWS}")
+    if len(set(flows)) != len(flows):
+        raise UsageError(f"--flows {','.join(map(str, flows))}: a number of flows is listed twice")
+    if len(set(multiples)) != len(multiples):
+        raise UsageError(f"--multiples {','.join(f'{m:g}' for m in multiples)}: a multiple is listed twice")
+    if not 1 <= max_hosts <= MAX_HOSTS:
+        raise UsageError(f"--hosts {max_hosts}: must be from 1 to {MAX_HOSTS}")
+    for n in flows:
+        for m in multiples:
+            # Each buffer is a whole number of packets: a small multiple at large n rounds to none.
+            if buffer_packets(n, m) < 1:
+                raise UsageError(
+                    f"--multiples {m:g} with --flows {n}: {m:g} x {int(PUBLISHED_BDP / math.sqrt(n))} packets "
+                    "rounds to no buffer at all"
+                )
+            check_buffer_bytes(buffer_packets(n, m) * FRAME_BYTES, f"--multiples {m:g} with --flows {n}: buffer")
 
 
 def point_dir(out: Path, flows: int) -> Path:

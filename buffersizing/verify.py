@@ -19,11 +19,21 @@ from topologies.counters import rate_mbps
 from topologies.dumbbell import Dumbbell, Host
 from topologies.errors import RunError
 from topologies.proc import run
+from topologies.units import check_number
 
 # Tolerances of the issue: min RTT within 1 % + 0.3 ms, rate within 97..101 % of configured.
 RTT_REL_TOL = 0.01
 RTT_ABS_TOL_MS = 0.3
 RATE_LOW, RATE_HIGH = 0.97, 1.01
+# The rate test reads the counters every 0.1 s and reports per-second rates: under a second it has
+# no whole second to report (and under 0.1 s not even two reads to divide by).
+MIN_RATE_TEST_S = 1.0
+MAX_RATE_TEST_S = 3600.0
+
+
+def check_duration(seconds: float) -> None:
+    """--duration of the rate test."""
+    check_number("--duration", seconds, MIN_RATE_TEST_S, MAX_RATE_TEST_S, lo_inclusive=True)
 
 
 @dataclass
@@ -142,6 +152,7 @@ def run_verify(
     say: Say | None = None,
 ) -> dict:
     """`bufsize verify`: build, ping every host, saturate the bottleneck; the summary (and verify.json in out)."""
+    check_duration(duration)
     t0 = time.monotonic()
     with Experiment(cfg, backend, "verify", out, say) as ex:
         assert ex.net is not None

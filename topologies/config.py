@@ -11,7 +11,12 @@ from topologies.machine import available_congestion_controls
 from topologies.units import check_buffer_bytes, check_number
 
 MAX_HOSTS = 400
+# Below 100 kb/s one frame holds the link for over 120 ms: a 1 s rate sample counts a handful of
+# frames and tc's rate tables lose their precision; nothing the toolkit studies runs that slow.
+MIN_RATE_MBPS = 0.1
 MAX_RATE_MBPS = 10_000.0
+# Delays are set in whole microseconds each way (netem) and a nonzero RTT must not round to none.
+MIN_RTT_MS = 0.002
 MAX_RTT_MS = 10_000.0
 SHAPERS = ("htb", "tbf")
 # Bytes the shaper may send ahead of its rate. HTB: one frame, so the link never runs faster than C
@@ -51,9 +56,17 @@ def parse_rtts(spec: str, hosts: int) -> list[float]:
     except ValueError as e:
         raise UsageError(f"--rtt-ms {spec}: expected a number, a list 'a,b,c' or a range 'lo..hi' in ms") from e
     for v in values:
-        if not math.isfinite(v) or v < 0 or v > MAX_RTT_MS:
-            raise UsageError(f"--rtt-ms {spec}: each RTT must be between 0 and {MAX_RTT_MS:.0f} ms")
+        check_rtt_ms(v, spec)
     return values
+
+
+def check_rtt_ms(value: float, spec: str | None = None) -> None:
+    """One RTT: 0 (no added delay) or MIN_RTT_MS..MAX_RTT_MS; the message quotes what was typed."""
+    if value == 0:
+        return
+    if not (math.isfinite(value) and MIN_RTT_MS <= value <= MAX_RTT_MS):
+        given = spec if spec is not None else f"{value:g}"
+        raise UsageError(f"--rtt-ms {given}: each RTT must be 0 or from {MIN_RTT_MS:g} to {MAX_RTT_MS:g} ms")
 
 
 @dataclass
@@ -78,13 +91,13 @@ class DumbbellConfig:
     def validate(self) -> None:
         if not isinstance(self.hosts, int) or not 1 <= self.hosts <= MAX_HOSTS:
             raise UsageError(f"--hosts {self.hosts}: must be a whole number from 1 to {MAX_HOSTS}")
-        check_number("--rate-mbps", self.rate_mbps, 0, MAX_RATE_MBPS)
+        check_number("--rate-mbps", self.rate_mbps, MIN_RATE_MBPS, MAX_RATE_MBPS, lo_inclusive=True)
         if len(self.rtt_ms) != self.hosts:
             raise UsageError(f"--rtt-ms: {len(self.rtt_ms)} values for {self.hosts} hosts")
         for v in self.rtt_ms:
-            check_number("--rtt-ms", v, 0, MAX_RTT_MS, lo_inclusive=True)
+            check_rtt_ms(v)
         if self.buffer_bytes is not None:
-            check_buffer_bytes(self.buffer_bytes)
+            check_buffer_bytes(self.buffer_bytes, "--buffer-bytes")
         if self.shaper not in SHAPERS:
             raise UsageError(f"--shaper {self.shaper}: must be one of {', '.join(SHAPERS)}")
         if self.delay_backend not in DELAY_BACKENDS:
@@ -96,7 +109,7 @@ class DumbbellConfig:
             check_number("--access-mbps", self.access_mbps, self.rate_mbps, MAX_RATE_MBPS * 10)
         if not isinstance(self.pacer, bool):
             raise UsageError(f"--pacer {self.pacer}: must be on or off")
-        if not FRAME_BYTES <= self.shaper_burst <= 64 * FRAME_BYTES:
+        if not isinstance(self.shaper_burst, int) or not FRAME_BYTES <= self.shaper_burst <= 64 * FRAME_BYTES:
             raise UsageError(
                 f"--burst-bytes {self.shaper_burst}: must be between {FRAME_BYTES} and {64 * FRAME_BYTES} bytes"
             )

@@ -1,0 +1,290 @@
+"""Bad values for every option of every command: refused with status 2 in one line naming the option,
+before anything is created (issue 14, item 5).
+
+The matrix is generated from the parser itself, so a new option is covered the day it is added:
+every option that takes a value gets NaN, infinities, zero, negative, huge, tiny, empty and
+non-ASCII values (and list options malformed lists). Most cases run `cli.main` in this process with
+`require_root` replaced by a tripwire: validation must be complete before it, so a value that gets
+through fails the test at once instead of building a dumbbell. A sample of the matrix, the issue's
+known cases, `--out` and `./binary_search.py` run the real command as root, and those also check
+that no namespace, ledger file or `--out` directory appeared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import BUFSIZE, ours, run_states
+
+from buffersizing import cli
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = "<out>"  # replaced by a fresh path under tmp_path that must not exist afterwards
+TIMEOUT_S = 20  # a refusal takes well under a second; a case that starts a run is stopped at this
+
+VALUES = ["nan", "inf", "-inf", "0", "-1", "1e308", "9" * 30, "1e-9", "", "ÿ€"]
+
+# Malformed lists, for the options that take them (on top of VALUES).
+LISTS = {
+    "--flows": [",", "1,,2", "2,", "2;10", "2 10", "2..10", "2,x", "2,2", "2,-1", "nan,2", "2,1e308", "2,0"],
+    "--multiples": [",", "1,,2", "1;2", "1,x", "nan,1", "1,inf", "1,-2", "0,1", "1,1", "1,1e308", "1e-9,1"],
+    "--rtt-ms": ["1,,2", "20,40,60", "300..20", "1..", "..2", "1..2..3", "nan..5", "5..inf", "-1..5", "20;40"],
+}
+LIST_OPTIONS = {("sweep", "--flows"), ("util-table", "--flows"), ("util-table", "--multiples")}
+MODEL_LISTS = {
+    "--rtt-ms": [",", "1,,2", "nan,5", "0,5", "-1,5", "5,inf", "5;6"],
+    "--buffer-packets": [",", "1,,2", "x,1", "nan", "1,inf", "-1,2", "1;2"],
+}
+
+# A valid command line for each command; the option under test is appended (the last value wins).
+BASE = {
+    "verify": ["--out", OUT],
+    "flows": [],
+    "search": ["--out", OUT],
+    "sweep": ["--out", OUT, "--flows", "2"],
+    "measure": ["--buffer-packets", "10", "--out", OUT],
+    "util-table": ["--out", OUT],
+    "model": ["--flows", "10"],
+}
+# Any text is a valid plot title; --out is any path and has its own cases below.
+NOT_IN_MATRIX = {"--title", "--out"}
+
+# Values that are valid for an option: the test must not demand refusing them (each is checked to be
+# accepted in test_valid_edge_values_pass_validation).
+VALID: dict[tuple[str, str], set[str]] = {
+    # 0 leaves the access links unshaped.
+    **{(c, "--access-mbps"): {"0"} for c in ("verify", "flows", "search", "sweep", "measure", "util-table")},
+    **{(c, "--fidelity-s"): {"0"} for c in ("search", "sweep", "measure", "util-table")},  # 0 skips the trace
+    **{(c, "--reference-s"): {"0"} for c in ("measure", "util-table")},  # 0 skips the reference
+    # measure may sample right after a buffer change; search only asks for a positive settle time.
+    **{(c, "--settle-s"): {"0", "1e-9"} for c in ("measure", "util-table")},
+    **{(c, "--settle-s"): {"1e-9"} for c in ("search", "sweep")},
+    # 0 means: stop when the bracket is one packet wide.
+    **{(c, "--resolution"): {"0", "1e-9"} for c in ("search", "sweep")},
+    # verify and flows build and check a dumbbell: no added delay is a valid one. (search, sweep,
+    # measure and util-table refuse RTT 0: their calibration or reference buffer is 2 BDP = 0.)
+    **{(c, "--rtt-ms"): {"0"} for c in ("verify", "flows")},
+    ("model", "--buffer-packets"): {"0", "1e-9"},  # the fluid model takes any buffer from none up
+    ("model", "--load"): {"1e-9"},  # any load strictly between 0 and 1
+}
+
+
+def subparsers() -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def value_options(p: argparse.ArgumentParser) -> list[str]:
+    """The long name of every option that takes a value."""
+    return [a.option_strings[-1] for a in p._actions if a.option_strings and a.nargs != 0 and a.dest != "help"]
+
+
+def matrix() -> list[tuple[list[str], str]]:
+    """(argv, what the one line must name) for every bad value of every option of every command."""
+    cases: list[tuple[list[str], str]] = []
+    for cmd, p in subparsers().items():
+        if cmd in BASE:
+            for opt in value_options(p):
+                if opt in NOT_IN_MATRIX:
+                    continue
+                extra = MODEL_LISTS.get(opt, []) if cmd == "model" else []
+                if (cmd, opt) in LIST_OPTIONS or (opt == "--rtt-ms" and cmd != "model"):
+                    extra = LISTS[opt]
+                base = BASE[cmd]
+                if opt in ("--buffer-bytes", "--buffer-packets") and cmd == "measure":
+                    base = ["--out", OUT]  # the option under test is the buffer
+                for v in VALUES + extra:
+                    if v not in VALID.get((cmd, opt), set()):
+                        cases.append(([cmd, *base, f"{opt}={v}"], opt))  # '=': '-inf' must not read as a flag
+        elif cmd == "plot":
+            cases += [(["plot", "--", v], "dir") for v in VALUES]
+        else:  # doctor, clean, quick: nothing here takes a number; a stray value is refused by the parser
+            cases += [([cmd, "--", v], "unrecognized arguments") for v in VALUES]
+    return cases
+
+
+MATRIX = matrix()
+
+
+def case_id(case: tuple[list[str], str]) -> str:
+    return " ".join(a.replace(OUT, "OUT") for a in case[0]).encode("ascii", "backslashreplace").decode()
+
+
+def with_out(argv: list[str], out: Path) -> list[str]:
+    return [str(out) if a == OUT else a for a in argv]
+
+
+def assert_nothing_new(before_ns: set[str], before_st: set[str]) -> None:
+    """No new namespace or ledger file of ours. Only new ones count (a concurrent `bufsize clean` may
+    remove old leftovers), and a difference is read again after a moment: ours() reads the ledgers
+    before the namespaces, so another engineer's run starting in between looks like ours once."""
+    for _ in range(3):
+        new_ns, new_st = ours() - before_ns, run_states() - before_st
+        if not new_ns and not new_st:
+            return
+        time.sleep(0.5)
+    pytest.fail(f"created namespaces {sorted(new_ns)}, ledger files {sorted(new_st)}")
+
+
+def check_refusal(code: int | None, err: str, needle: str) -> None:
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert "Traceback" not in err, err
+    assert len(lines) == 1, err
+    assert needle in lines[0], err
+
+
+class ReachedRoot(Exception):
+    """Validation let the value through: the command went on to the work that needs root."""
+
+
+@pytest.fixture
+def in_process(monkeypatch, tmp_path, capsys):
+    """Run `cli.main` here; anything past validation trips ReachedRoot before touching the machine."""
+
+    def tripwire(*_args: object) -> None:
+        raise ReachedRoot
+
+    monkeypatch.setattr(cli, "require_root", tripwire)
+    monkeypatch.setattr(cli, "backend_for", tripwire)
+    monkeypatch.setattr("topologies.machine.qdisc_support", tripwire)
+    monkeypatch.setattr(cli.signal, "signal", lambda *a: None)  # main's handlers are for a whole process
+    monkeypatch.chdir(tmp_path)  # plot's 'nan', 'inf', ... are paths relative to here
+
+    def run(argv: list[str]) -> tuple[int | None, str]:
+        try:
+            code = cli.main(argv)
+        except SystemExit as e:  # the parser's own errors
+            code = e.code if isinstance(e.code, int) else 1
+        return code, capsys.readouterr().err
+
+    return run
+
+
+@pytest.mark.parametrize("case", MATRIX, ids=case_id)
+def test_bad_value_refused_in_one_line_before_anything(case, in_process, tmp_path):
+    argv, needle = case
+    out = tmp_path / "out"
+    before_ns, before_st = ours(), run_states()
+    code, err = in_process(with_out(argv, out))
+    check_refusal(code, err, needle)
+    assert not out.exists()
+    assert_nothing_new(before_ns, before_st)
+
+
+def valid_cases() -> list[tuple[str, str, str]]:
+    return [(cmd, opt, v) for (cmd, opt), vals in VALID.items() for v in sorted(vals)]
+
+
+@pytest.mark.parametrize("cmd,opt,value", valid_cases())
+def test_valid_edge_values_pass_validation(cmd, opt, value, in_process, tmp_path, capsys):
+    """The excluded values really are accepted: validation passes and the command goes on."""
+    argv = with_out([cmd, *BASE[cmd], f"{opt}={value}"], tmp_path / "out")
+    if cmd == "model":
+        assert in_process(argv) == (0, "")
+        return
+    with pytest.raises(ReachedRoot):
+        in_process(argv)
+
+
+def run_real(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The real command as root; stopped with SIGTERM (so it tears down what it built) if it runs on."""
+    p = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = p.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=120)
+        pytest.fail(f"{argv} was not refused: it ran for {TIMEOUT_S} s")
+    return subprocess.CompletedProcess(argv, p.returncode, out, err)
+
+
+# Every 25th case of the matrix, so each command and most options run for real at least once.
+SAMPLE = MATRIX[::25]
+
+# The cases issue 14 names: each used to crash after building, run on, or build before refusing.
+KNOWN = [
+    (["verify", "--duration", "nan"], "--duration nan"),
+    (["verify", "--duration", "inf"], "--duration inf"),
+    (["verify", "--duration", "0.001"], "--duration 0.001"),
+    (["flows", "--duration", "0.001"], "--duration 0.001"),
+    (["util-table", "--out", OUT, "--multiples", "nan"], "--multiples nan"),
+    (["search", "--rtt-ms", "0"], "--rtt-ms 0"),
+    (["sweep", "--out", OUT, "--flows", "10", "--rtt-ms", "0"], "--rtt-ms 0"),
+    (["measure", "--buffer-packets", "10", "--rtt-ms", "0"], "--rtt-ms 0"),
+    (["search", "--rate-mbps", "0.1", "--flows", "800", "--hosts", "400"], "--flows 800"),
+    (["search", "--resolution", "nan"], "--resolution nan"),
+    (["model", "--flows", "1", "--rate-mbps", "1e308"], "--rate-mbps 1e+308"),
+    (["plot", ""], "dir ''"),
+    (["search", "--out", ""], "--out ''"),
+]
+
+
+@pytest.mark.parametrize("case", KNOWN + SAMPLE, ids=case_id)
+def test_real_command_refuses_and_builds_nothing(case, root, tmp_path):
+    argv, needle = case
+    out = tmp_path / "out"
+    before_ns, before_st = ours(), run_states()
+    res = run_real([BUFSIZE, *with_out(argv, out)], tmp_path)
+    check_refusal(res.returncode, res.stderr, needle)
+    assert not out.exists()
+    assert_nothing_new(before_ns, before_st)
+
+
+def bad_outs(tmp_path: Path) -> list[str]:
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    return ["", "/etc/passwd", "/etc/passwd/sub", "/proc/bsz-never", "/dev/null", str(dangling)]
+
+
+OUT_COMMANDS = [
+    ["verify"],
+    ["search"],
+    ["measure", "--buffer-packets", "10"],
+    ["sweep", "--flows", "2"],
+    ["util-table"],
+    ["quick"],
+]
+
+
+@pytest.mark.parametrize("cmd", OUT_COMMANDS, ids=lambda c: c[0])
+def test_bad_out_refused_before_anything_is_built(cmd, root, tmp_path):
+    """Including the namespace the qdisc probe builds (sweep --out /etc/passwd used to get that far)."""
+    before_ns, before_st = ours(), run_states()
+    for out in bad_outs(tmp_path):
+        res = run_real([BUFSIZE, *cmd, f"--out={out}"], tmp_path)
+        check_refusal(res.returncode, res.stderr, "--out")
+        assert_nothing_new(before_ns, before_st)
+    assert not Path("/proc/bsz-never").exists() and not (tmp_path / "nowhere").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling"]  # '' did not become the cwd
+
+
+BINARY_SEARCH = [
+    (["--flows", "0"], "--flows 0"),
+    (["--rtt-ms", "0"], "--rtt-ms 0"),
+    (["--rate-mbps=nan"], "--rate-mbps nan"),
+    (["--target=-inf"], "--target -inf"),
+    (["--samples="], "--samples"),
+    (["--sample-s=1e-9"], "--sample-s 1e-09"),
+    (["--fidelity-s=1e308"], "--fidelity-s 1e+308"),
+    (["--cc=ÿ€"], "--cc ÿ€"),
+    (["--rate-mbps", "0.1", "--flows", "800"], "--flows 800"),
+    (["--out="], "--out"),
+]
+
+
+@pytest.mark.parametrize("case", BINARY_SEARCH, ids=case_id)
+def test_binary_search_script_refuses_too(case, root, tmp_path):
+    args, needle = case
+    before_ns, before_st = ours(), run_states()
+    res = run_real([sys.executable, str(REPO / "binary_search.py"), *args], tmp_path)
+    check_refusal(res.returncode, res.stderr, needle)
+    assert_nothing_new(before_ns, before_st)
+    assert os.listdir(tmp_path) == []
