@@ -71,7 +71,8 @@ class SearchOptions:
         check_number("--resolution", self.resolution, 0, 0.5, lo_inclusive=True)
         if self.max_samples and not self.samples < self.max_samples <= 200:
             raise UsageError(f"--max-samples {self.max_samples}: must be 0 (fixed count) or from --samples + 1 to 200")
-        check_number("--alpha", self.alpha, 0, 0.5)
+        # Below 0.001 a sign test needs more than 10 samples all on one side before any verdict.
+        check_number("--alpha", self.alpha, 0.001, 0.5, lo_inclusive=True)
         if self.max_buffer_packets is not None and not 1 <= self.max_buffer_packets <= 1_000_000:
             raise UsageError(f"--max-buffer-packets {self.max_buffer_packets}: must be from 1 to 1000000")
         check_fidelity_s(self.fidelity_s)

@@ -71,6 +71,7 @@ VALID: dict[tuple[str, str], set[str]] = {
     # verify and flows build and check a dumbbell: no added delay is a valid one. (search, sweep,
     # measure and util-table refuse RTT 0: their calibration or reference buffer is 2 BDP = 0.)
     **{(c, "--rtt-ms"): {"0"} for c in ("verify", "flows")},
+    **{(c, "--max-samples"): {"0"} for c in ("search", "sweep")},  # 0: a fixed count per probe
     ("model", "--buffer-packets"): {"0", "1e-9"},  # the fluid model takes any buffer from none up
     ("model", "--load"): {"1e-9"},  # any load strictly between 0 and 1
 }
@@ -153,7 +154,7 @@ def in_process(monkeypatch, tmp_path, capsys):
         raise ReachedRoot
 
     monkeypatch.setattr(cli, "require_root", tripwire)
-    monkeypatch.setattr(cli, "backend_for", tripwire)
+    monkeypatch.setattr(cli, "delay_backend", tripwire)
     monkeypatch.setattr("topologies.machine.qdisc_support", tripwire)
     monkeypatch.setattr(cli.signal, "signal", lambda *a: None)  # main's handlers are for a whole process
     monkeypatch.chdir(tmp_path)  # plot's 'nan', 'inf', ... are paths relative to here
