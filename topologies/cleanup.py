@@ -76,7 +76,7 @@ def teardown(state: RunState, notes: list[str] | None = None) -> list[str]:
             if belongs_to_run(p["pid"], p["start"], state, ns_ids):
                 if stop_process(p["pid"], p["start"]):
                     removed.append(f"process {p['pid']} ({p['what']})")
-            elif is_same_process(p["pid"], p["start"]):
+            elif is_running(p["pid"], p["start"]):  # not a zombie awaiting its reaper (init here is slow)
                 notes.append(f"process {p['pid']} ({p['what']}) not signalled: not in run {state.run_id}'s namespaces")
         for d in reversed(state.trace_instances):
             if remove_trace_instance(Path(d)):
