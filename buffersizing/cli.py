@@ -20,6 +20,7 @@ from buffersizing.measure import MeasureOptions
 from buffersizing.options import add_flows_arg, add_link_args, add_measure_args, add_result_args, add_search_args
 from buffersizing.presets import PRESETS
 from buffersizing.resultdir import check_out_dir
+from topologies.cleanup import what_remains_message
 from topologies.config import DumbbellConfig
 from topologies.errors import MachineError, RunError, UsageError
 from topologies.machine import delay_backend
@@ -193,11 +194,10 @@ def cmd_clean(a: argparse.Namespace) -> int:
     from topologies.cleanup import clean_leftovers
 
     require_root()
-    removed = clean_leftovers()
-    for r in removed:
-        print(f"removed {r}")
-    print("nothing to clean" if not removed else f"cleaned {len(removed)} item(s)")
-    return 0
+    report = clean_leftovers()  # refuses an unsafe state directory (MachineError) before anything
+    print(report.summary())
+    print("".join(f"bufsize clean: {r}\n" for r in report.refused), end="", file=sys.stderr)
+    return 1 if report.refused else 0
 
 
 def cmd_quick(a: argparse.Namespace) -> int:
@@ -278,16 +278,16 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGHUP, _on_signal)
-    # A shell starts background jobs with SIGINT ignored, and Python then leaves it ignored: Ctrl-C
-    # (or kill -INT) must still stop a run and tear it down, wherever it was started from.
+    # Background jobs start with SIGINT ignored; Ctrl-C (kill -INT) must still stop and tear down a run.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return args.func(args)
-    except (UsageError, MachineError, RunError) as e:
-        print(f"bufsize {args.cmd}: {e}", file=sys.stderr)
-        return e.exit_status
+    except (UsageError, MachineError, RunError, OSError) as e:  # OSError: a system call outside the checks
+        print(f"bufsize {args.cmd}: {' '.join(str(e).split()) or type(e).__name__}", file=sys.stderr)
+        return getattr(e, "exit_status", 1)
     except KeyboardInterrupt:
-        print(f"bufsize {args.cmd}: interrupted; everything the run created was removed", file=sys.stderr)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # torn down already: a further Ctrl-C must not garble this
+        print(f"bufsize {args.cmd}: interrupted; {what_remains_message()}", file=sys.stderr)  # checked, not assumed
         return 130
 
 

@@ -31,10 +31,12 @@ from monitors.fidelity import MIN_BUSY_GAPS, FidelityMonitor
 from monitors.plots import plot_run, write_fidelity_csv
 from monitors.recorder import Recorder, Recording, summary, write_csvs
 from topologies import FRAME_BYTES
+from topologies.cleanup import find_leftovers
 from topologies.config import MAX_RATE_MBPS, DumbbellConfig
 from topologies.description import pacing_applies
 from topologies.dumbbell import Dumbbell
 from topologies.errors import RunError, UsageError
+from topologies.proc import sleep_checked
 
 GOOD_REFERENCE = 0.97  # of the nominal rate: below this the result is flagged
 MAX_FIDELITY_GT10 = 0.10  # fraction of gaps >10 % off ideal above which pacing is flagged (2012: 6-8 %)
@@ -85,12 +87,15 @@ class Experiment:
         self.departures: list[float] = []
         self.congestion_controls: dict[str, int] = {}
         self.partial: Callable[[], dict] = dict  # the experiment's own data so far, saved if it fails
+        self.write_partial: Callable[[Path], None] | None = None  # its own files so far (samples.csv)
+        self.leftovers: list[str] = []  # what dead runs left on the machine when this one began
         self.t_wall = time.monotonic()
 
     # ---- life cycle --------------------------------------------------------------------------
 
     def __enter__(self) -> Experiment:
         self.t_wall = time.monotonic()
+        self.check_leftovers()
         self.net = Dumbbell(self.cfg, self.backend).__enter__()
         try:
             self.drop_monitor = DropMonitor(self.net).start()
@@ -102,19 +107,29 @@ class Experiment:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         net = self.net
         assert net is not None
+        # Nested so that an exception in one step (or a second Ctrl-C, which arrives between
+        # steps) still lets the later ones run: the teardown always, the error record if failing.
         try:
-            if self.flows is not None and exc is None:
-                self.congestion_controls = self.flows.congestion_controls()
-            if self.recorder is not None:
-                self.recording = self.recorder.stop()
-            if self.flows is not None:
-                self.flows.stop()
-            if self.drop_monitor is not None and exc is None:
-                self.drops = self.drop_monitor.stop()
+            try:
+                if self.flows is not None and exc is None:
+                    self.congestion_controls = self.flows.congestion_controls()
+            finally:
+                try:
+                    if self.recorder is not None:
+                        self.recording = self.recorder.stop()
+                finally:
+                    try:
+                        if self.flows is not None:
+                            self.flows.stop()
+                    finally:
+                        if self.drop_monitor is not None and exc is None:
+                            self.drops = self.drop_monitor.stop()
         finally:
-            net.stop()
-            if exc is not None and self.out is not None:
-                self.save_failure(exc)
+            try:
+                net.stop()
+            finally:
+                if exc is not None and self.out is not None:
+                    self.save_failure(exc)
 
     def start_flows(self, n: int, tool: str = "iperf") -> LongFlows:
         """Start N long-lived flows (all established before any data), then the recorder on them."""
@@ -131,9 +146,33 @@ class Experiment:
             self.say(f"  queue monitor not started: {e}")
         return self.flows
 
+    def check_leftovers(self) -> None:
+        """Name what dead runs left (a spinning delay line, iperf, raised sysctls skew a measurement)
+        in one warning line; the result carries them. Removing them is `bufsize clean`'s job."""
+        try:
+            self.leftovers = find_leftovers()
+        except Exception as e:  # noqa: BLE001 - a check, never a reason not to run
+            self.leftovers = [f"could not check: {type(e).__name__}: {e}"]
+        if self.leftovers:
+            more = len(self.leftovers) - 4
+            shown = ", ".join(self.leftovers[:4]) + (f" and {more} more" if more > 0 else "")
+            msg = f"bufsize {self.kind}: warning: leftovers of dead runs: {shown} (`bufsize clean` removes them)"
+            print(msg, file=sys.stderr, flush=True)
+
+    def check_health(self) -> None:
+        """RunError at once if the delay line died or stalled, or a traffic process exited."""
+        if self.net is not None:
+            self.net.check_alive()
+        if self.flows is not None:
+            self.flows.check_processes()
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep, checking the run's health several times a second (a fault ends it promptly)."""
+        sleep_checked(seconds, self.check_health)
+
     def warm_up(self, seconds: float, where: str = "") -> None:
         self.say(f"  warming up {seconds:.0f} s{' ' + where if where else ''}")
-        time.sleep(seconds)
+        self.sleep(seconds)
 
     def trace_fidelity(self, seconds: float) -> dict:
         """Departures from the bottleneck for `seconds` (0: skip), summarized as in the 2012 figure."""
@@ -144,7 +183,7 @@ class Experiment:
         dl = self.net.delayline
         before = dl.stats().get("pacer", {}) if dl else {}
         with FidelityMonitor(self.net.bottleneck.dev, self.cfg.rate_mbps, self.net.state) as mon:
-            time.sleep(seconds)
+            self.sleep(seconds)
             self.fidelity, self.departures = mon.stop()
         after = dl.stats().get("pacer", {}) if dl else {}
         if before and after:
@@ -174,6 +213,7 @@ class Experiment:
             "cpu_idle_enough": cpu_idle_min is None or cpu_idle_min >= MIN_IDLE,
             "pacing_fidelity_ok": fid["frac_gt10"] <= MAX_FIDELITY_GT10 if fid.get("available") else None,
             "queue_monitor_kept_up": not monitors.get("error") and queue_hz is not None and queue_hz >= MIN_QUEUE_HZ,
+            "no_leftovers_of_dead_runs": not self.leftovers,
         }
 
     def finish(
@@ -204,6 +244,7 @@ class Experiment:
             "fidelity": self.fidelity,
             "drops": self.drops.to_dict(),
             "monitors": self.monitors_summary(),
+            "leftovers_of_dead_runs": self.leftovers,
             "options": options,
             "config": self.cfg.to_dict(),
             "manifest": machine_manifest(
@@ -240,7 +281,7 @@ class Experiment:
         """The data so far and error.json; never raises over the exception that brought us here."""
         assert self.out is not None
         try:
-            self.write_data()
+            self.write_data(self.write_partial)
             partial = self.partial()
         except Exception as e:  # noqa: BLE001 - best effort while another exception is in flight
             partial = {"note": f"partial data could not be collected: {type(e).__name__}: {e}"}
@@ -252,6 +293,7 @@ class Experiment:
             "wall_seconds": round(time.monotonic() - self.t_wall, 1),
             "traceback": traceback.format_exception(exc)[-3:],
             "config": self.cfg.to_dict(),
+            "leftovers_of_dead_runs": self.leftovers,
             "partial": partial,
         }
         try:

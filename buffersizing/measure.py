@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -67,7 +68,13 @@ class MeasureOptions:
 
 
 def measure_buffer(
-    net: Dumbbell, flows: LongFlows, counters: InterfaceCounters, rec: Recorder, buffer_bytes: int, o: MeasureOptions
+    net: Dumbbell,
+    flows: LongFlows,
+    counters: InterfaceCounters,
+    rec: Recorder,
+    buffer_bytes: int,
+    o: MeasureOptions,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> dict:
     cfg = net.cfg
     rtt = max(cfg.rtt_ms)
@@ -77,12 +84,12 @@ def measure_buffer(
         settle = max(MIN_SETTLE_S, auto.settle_s)
     if buffer_bytes != net.buffer_bytes:
         net.set_buffer(buffer_bytes)
-    time.sleep(settle)
+    sleep(settle)
     n = max(1, round(o.duration_s / o.sample_s))
     cpu = CpuMonitor().start()
     leaf0 = net.bottleneck.leaf_drops()
     t0 = time.monotonic()
-    sampled = sample_rates(counters, n, o.sample_s)
+    sampled = sample_rates(counters, n, o.sample_s, sleep)
     rates, sent_bytes, sent_packets, seconds = (
         sampled.rates_mbps,
         sampled.sent_bytes,
@@ -165,7 +172,7 @@ def run_measure(
                 say(f"  reference rate at {REFERENCE_BDPS} BDP: {reference:.2f} Mb/s ({reference / cfg.rate_mbps:.2%})")
             ex.trace_fidelity(opts.fidelity_s)
             for b in buffers_bytes:
-                p = measure_buffer(ex.net, flows, counters, ex.recorder, b, opts)
+                p = measure_buffer(ex.net, flows, counters, ex.recorder, b, opts, ex.sleep)
                 points.append(p)
                 q = p["queue"]
                 say(

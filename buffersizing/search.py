@@ -158,8 +158,16 @@ class Measurement:
 class LinkProber:
     """measure(buffer_bytes, n) for MedianSearch, on a running dumbbell with its flows."""
 
-    def __init__(self, net: Dumbbell, flows: LongFlows, opts: SearchOptions, denominator_mbps: float) -> None:
+    def __init__(
+        self,
+        net: Dumbbell,
+        flows: LongFlows,
+        opts: SearchOptions,
+        denominator_mbps: float,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.net, self.flows, self.opts = net, flows, opts
+        self.sleep = sleep  # checks the run's health while waiting (Experiment.sleep)
         self.denominator = denominator_mbps
         self.counters: InterfaceCounters = net.bottleneck.counters()
         self.measurements: list[Measurement] = []
@@ -178,7 +186,7 @@ class LinkProber:
 
     def rates(self, n: int, sample_s: float) -> list[float]:
         """n back-to-back samples of the bottleneck's transmit rate, in Mb/s."""
-        return sample_rates(self.counters, n, sample_s).rates_mbps
+        return sample_rates(self.counters, n, sample_s, self.sleep).rates_mbps
 
     def measure(self, buffer_bytes: int, n: int) -> list[float]:
         timing = self.timing(buffer_bytes)
@@ -186,7 +194,7 @@ class LinkProber:
         if buffer_bytes != self.net.buffer_bytes:
             self.net.set_buffer(buffer_bytes)
             settle = timing.settle_s
-            time.sleep(settle)
+            self.sleep(settle)
         t0 = time.time()
         cpu = CpuMonitor().start()
         drops0 = self.net.bottleneck.leaf_drops()
@@ -230,7 +238,7 @@ def calibrate(prober: LinkProber, nominal_mbps: float, samples: int, log: Callab
         if ref >= MIN_REFERENCE * nominal_mbps:
             return rates
         if attempt < 2:
-            time.sleep(prober.timing(prober.net.buffer_bytes).warmup_s)
+            prober.sleep(prober.timing(prober.net.buffer_bytes).warmup_s)
     raise RunError(
         f"the link never carried {MIN_REFERENCE:.0%} of its {nominal_mbps:g} Mb/s with a {CALIBRATION_BDPS}-BDP buffer "
         f"(medians {', '.join(map(str, tried))} Mb/s): the machine cannot emulate this configuration faithfully; "
@@ -269,7 +277,8 @@ def run_search(
     with ex:
         assert ex.net is not None
         flows = ex.start_flows(opts.flows, opts.tool)
-        prober = LinkProber(ex.net, flows, opts, cfg.rate_mbps)
+        prober = LinkProber(ex.net, flows, opts, cfg.rate_mbps, ex.sleep)
+        ex.write_partial = lambda d: write_samples_csv(d / "samples.csv", prober.measurements)
         cal_rates: list[float] = []
         search: MedianSearch | None = None
         ex.partial = lambda: {

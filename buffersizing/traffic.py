@@ -21,7 +21,7 @@ from topologies import netns
 from topologies.dumbbell import Dumbbell
 from topologies.errors import MachineError, RunError, UsageError
 from topologies.machine import available_congestion_controls, iperf2_version
-from topologies.proc import run
+from topologies.proc import describe_exit, run, sleep_checked
 
 MAX_FLOWS = 800
 IPERF3_MAX_STREAMS = 128
@@ -84,6 +84,7 @@ class LongFlows:
         self.servers: list[subprocess.Popen] = []
         self.clients: list[subprocess.Popen] = []
         self.ports: list[int] = []
+        self.what: dict[int, str] = {}  # pid -> what it is, for messages
         self.start_info: FlowStart | None = None
 
     # ---- start --------------------------------------------------------------------------------
@@ -101,7 +102,7 @@ class LongFlows:
             start_at = held
             held = time.time() < start_at  # everyone was up before the common first write
             # Return only once data is flowing, so measurements can begin right away.
-            time.sleep(max(0.0, start_at - time.time()) + 0.1)
+            sleep_checked(max(0.0, start_at - time.time()) + 0.1, self.check_processes)
         self.start_info = FlowStart(
             self.flows, self.tool, self.net.cfg.cc, n, round(elapsed, 2), bool(held), self.per_host
         )
@@ -112,6 +113,7 @@ class LongFlows:
         port = net.state.ports().start
         self.ports = [port]
         self.servers.append(net.spawn(net.receiver_ns, self._server_argv(port), "iperf server", **QUIET))
+        self.what[self.servers[-1].pid] = "the iperf server"
         self._wait_listening(self.ports)
         # All clients write their first byte at this wall-clock time, which should fall after every
         # connection is up: a few RTTs plus process start-up per flow (800 flows: about 10 s).
@@ -140,6 +142,7 @@ class LongFlows:
                 "0",
             ]
             self.clients.append(net.spawn(h.ns, argv, f"iperf client h{h.index} x{k}", **QUIET))
+            self.what[self.clients[-1].pid] = f"iperf client of h{h.index} ({k} flows)"
         return start_at
 
     def _start_iperf3(self) -> None:
@@ -171,6 +174,7 @@ class LongFlows:
                 net.cfg.cc,
             ]
             self.clients.append(net.spawn(h.ns, argv, f"iperf3 client h{h.index}:{p}", **QUIET))
+            self.what[self.clients[-1].pid] = f"iperf3 client of h{h.index} (port {p})"
         return None
 
     def _server_argv(self, port: int) -> list[str]:
@@ -212,18 +216,27 @@ class LongFlows:
         up = max(0, n - (len(self.clients) if self.tool == "iperf3" else 0))
         raise RunError(f"only {up} of {self.flows} flows established within {self.connect_timeout:.0f} s")
 
-    @staticmethod
-    def _check_processes(procs: list[subprocess.Popen], what: str) -> None:
+    def _check_processes(self, procs: list[subprocess.Popen], what: str) -> None:
         dead = [p for p in procs if p.poll() is not None]
         if dead:
-            raise RunError(f"{len(dead)} traffic {what} process(es) exited (status {dead[0].returncode})")
+            first = dead[0]
+            name = self.what.get(first.pid, f"traffic {what} pid {first.pid}")
+            others = f" (and {len(dead) - 1} more)" if len(dead) > 1 else ""
+            raise RunError(
+                f"{name} exited ({describe_exit(first.returncode)}){others}: its flows are gone, "
+                "so the link is no longer carrying the configured load"
+            )
 
     # ---- while running ------------------------------------------------------------------------
 
-    def check(self) -> None:
-        """Raise if any flow has died: a client process exited or fewer connections are established."""
+    def check_processes(self) -> None:
+        """Raise if a client or server process has exited (cheap: no fork; for checks inside sleeps)."""
         self._check_processes(self.clients, "client")
         self._check_processes(self.servers, "server")
+
+    def check(self) -> None:
+        """Raise if any flow has died: a client process exited or fewer connections are established."""
+        self.check_processes()
         extra = len(self.clients) if self.tool == "iperf3" else 0
         n = established(self.net, self.ports) - extra
         if n < self.flows:
@@ -245,13 +258,16 @@ class LongFlows:
                     counts[name] = counts.get(name, 0) + 1
         return counts
 
-    def stop(self) -> None:
+    def stop(self, grace: float = 2.0) -> None:
+        # One grace period for all: with the path broken (delay line dead) iperf may not act on
+        # SIGTERM, and waiting for each in turn made a failing run linger for seconds per host.
         for p in [*self.clients, *self.servers]:
             if p.poll() is None:
                 p.terminate()
+        deadline = time.monotonic() + grace
         for p in [*self.clients, *self.servers]:
             try:
-                p.wait(timeout=3)
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()

@@ -18,7 +18,7 @@ from topologies.config import DumbbellConfig
 from topologies.counters import rate_mbps
 from topologies.dumbbell import Dumbbell, Host
 from topologies.errors import RunError
-from topologies.proc import run
+from topologies.proc import run, sleep_checked
 from topologies.units import check_number
 
 # Tolerances of the issue: min RTT within 1 % + 0.3 ms, rate within 97..101 % of configured.
@@ -93,13 +93,17 @@ def measure_rate(net: Dumbbell, duration: float = 5.0, warmup: float | None = No
     # Slow start to a full pipe takes about log2(BDP in packets) RTTs; 15 RTTs covers it with margin.
     warmup = warmup if warmup is not None else max(2.0, 15 * max_rtt_s)
     with net.bottleneck.counters() as counters, LongFlows(net, len(net.hosts)) as flows:
-        time.sleep(warmup)
-        net.check_alive()
+
+        def check() -> None:
+            net.check_alive()
+            flows.check_processes()
+
+        sleep_checked(warmup, check)
         samples = [counters.read()]
         drops0 = net.bottleneck.leaf_drops()
         end = samples[0].t + duration
         while time.monotonic() < end:
-            time.sleep(0.1)
+            sleep_checked(0.1, check)
             samples.append(counters.read())
         drops = net.bottleneck.leaf_drops() - drops0
         flows.check()  # a flow that died means the bottleneck may not have been saturated
@@ -159,7 +163,7 @@ def run_verify(
         built = time.monotonic() - t0
         pings = measure_rtts(ex.net)
         rate = measure_rate(ex.net, duration=duration) if rate_test else None
-        summary = summarize(ex.net, pings, rate)
+        summary = summarize(ex.net, pings, rate) | {"leftovers_of_dead_runs": ex.leftovers}
     summary["build_seconds"] = round(built, 2)
     summary["wall_seconds"] = round(time.monotonic() - t0, 2)
     if out is not None:

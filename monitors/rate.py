@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from topologies.counters import InterfaceCounters, rate_mbps
@@ -20,12 +21,17 @@ class RateSamples:
         return self.sent_bytes * 8 / self.seconds / 1e6 if self.seconds > 0 else 0.0
 
 
-def sample_rates(counters: InterfaceCounters, n: int, sample_s: float) -> RateSamples:
-    """n samples of `sample_s` each, timed from the counters' own monotonic timestamps (no drift)."""
+def sample_rates(
+    counters: InterfaceCounters, n: int, sample_s: float, sleep: Callable[[float], None] = time.sleep
+) -> RateSamples:
+    """n samples of `sample_s` each, timed from the counters' own monotonic timestamps (no drift).
+
+    `sleep` may check the run's health while it waits (Experiment.sleep), so a fault ends a long
+    sample at once instead of being averaged into it."""
     first = prev = counters.read()
     rates = []
     for _ in range(n):
-        time.sleep(max(0.0, prev.t + sample_s - time.monotonic()))
+        sleep(max(0.0, prev.t + sample_s - time.monotonic()))
         cur = counters.read()
         rates.append(rate_mbps(prev, cur))
         prev = cur

@@ -6,7 +6,9 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import BUFSIZE, bufsize, ours
@@ -15,9 +17,10 @@ from topologies import netns, sysctl
 from topologies.config import DumbbellConfig
 from topologies.dumbbell import Dumbbell
 from topologies.ledger import STATE_DIR
-from topologies.proc import is_running
+from topologies.proc import is_running, start_time
 
 pytestmark = pytest.mark.integration
+HERE = Path(__file__).resolve().parent
 
 
 def start_verify(*extra: str) -> subprocess.Popen:
@@ -155,3 +158,162 @@ def test_clean_removes_trace_instances_of_dead_processes_only(no_leftovers):
         for d in (stale, alive):
             if os.path.exists(d):
                 os.rmdir(d)
+
+
+def test_children_die_with_a_killed_bufsize_before_any_clean(no_leftovers):
+    """PR_SET_PDEATHSIG: kill -9 of bufsize takes its iperf processes and the delay line with it."""
+    proc = start_verify()
+    try:
+        st = wait_for_traffic(proc)
+        whats = {p["what"].split(" h")[0] for p in st["processes"]}
+        assert {"delay line", "iperf server", "iperf client"} <= whats, whats
+        proc.kill()
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(is_running(p["pid"], p["start"]) for p in st["processes"]):
+            time.sleep(0.05)
+        alive = [p for p in st["processes"] if is_running(p["pid"], p["start"])]
+        assert not alive, f"still running 5 s after bufsize was killed: {alive}"
+        # Namespaces and the ledger stay until `bufsize clean`: that is its job.
+        assert all(netns.exists(n) for n in st["namespaces"])
+        assert (STATE_DIR / f"run-{st['run_id']}.json").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        res = bufsize("clean")
+    assert "namespace" in res.stdout
+    assert_all_gone(st)
+
+
+def test_double_sigint_during_teardown_still_removes_everything(no_leftovers):
+    proc = start_verify()
+    try:
+        st = wait_for_traffic(proc)
+        proc.send_signal(signal.SIGINT)
+        # Once the teardown has begun (a namespace is gone), Ctrl-C twice more.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and all(netns.exists(n) for n in st["namespaces"]):
+            time.sleep(0.005)
+        gone = [n for n in st["namespaces"] if not netns.exists(n)]
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT)
+        assert gone and len(gone) < len(st["namespaces"]), "the second Ctrl-C did not land during the teardown"
+        assert proc.wait(timeout=60) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = proc.stderr.read() if proc.stderr else ""
+    assert err.strip().splitlines()[-1] == "bufsize verify: interrupted; everything the run created was removed", err
+    assert "Traceback" not in err
+    assert_all_gone(st)
+
+
+def test_a_run_names_leftovers_of_dead_runs_without_removing_them(no_leftovers, tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    ledger = state / "run-abcdef.json"
+    ledger.write_text(json.dumps(crafted("abcdef", dead.pid)))
+    res = bufsize("verify", "--hosts", "1", "--rtt-ms", "2", "--no-rate", "--json", env=os.environ | {ENV: str(state)})
+    assert res.returncode == 0, res.stderr
+    warnings = [x for x in res.stderr.splitlines() if "leftovers of dead runs" in x]
+    assert len(warnings) == 1 and "ledger run-abcdef.json" in warnings[0], res.stderr
+    assert f"ledger run-abcdef.json (owner {dead.pid} dead)" in json.loads(res.stdout)["leftovers_of_dead_runs"]
+    assert ledger.exists(), "a run must not remove another run's leftovers (that is `bufsize clean`)"
+
+
+# ---- `bufsize clean` refuses what it cannot trust -------------------------------------------------
+
+ENV = "BUFSIZE_STATE_DIR"
+
+
+def crafted(run_id: str, owner: int, **fields) -> dict:
+    return {
+        "run_id": run_id, "owner_pid": owner, "owner_start": 1, "created": time.time(), "namespaces": [],
+        "processes": [], "global_sysctls": [], "trace_instances": [], "port_base": None,
+    } | fields  # fmt: skip
+
+
+def isolated_clean(state, *add: str) -> dict:
+    """`bufsize clean` on a private state dir and a private /run/netns holding only `add`."""
+    argv = ["unshare", "--mount", "--propagation", "private", sys.executable, str(HERE / "isolated_clean.py")]
+    argv += [str(state), *(x for name in add for x in ("--add", name))]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=180, check=True)
+    return json.loads(res.stdout)
+
+
+def test_clean_touches_nothing_of_crafted_ledgers_and_says_why(root, tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    victim_dir = tmp_path / "victim"
+    victim_dir.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    sleeper = subprocess.Popen(["sleep", "120"])  # a process outside any of the toolkit's namespaces
+    knob = "kernel.printk_ratelimit"
+    knob_before = sysctl.read(knob)
+    foreign = f"foreign-{os.getpid()}"
+    ledgers = {
+        "a00001": crafted("a00001", dead.pid, processes=[{"pid": 1, "start": start_time(1), "what": "init"}]),
+        "a00002": crafted("a00002", dead.pid, namespaces=[foreign]),
+        "a00003": crafted("../../etc", dead.pid),
+        "a00004": crafted("a00004", dead.pid, global_sysctls=[knob]),
+        "a00005": crafted("a00005", dead.pid, trace_instances=[str(victim_dir)]),
+        "a00006": crafted("a00006", dead.pid, namespaces=["bsz-a00006-h1"]),  # valid, but world-writable
+        # Valid: its sleeper is signalled only if it is in one of the run's namespaces (it is not).
+        "a00007": crafted(
+            "a00007",
+            dead.pid,
+            processes=[{"pid": sleeper.pid, "start": start_time(sleeper.pid), "what": "iperf client h1 x1"}],
+        ),  # fmt: skip
+        "a00008": crafted("a00008", dead.pid, namespaces=["bsz-a00008-h1"]),  # valid: control, removed
+    }
+    for run_id, data in ledgers.items():
+        (state / f"run-{run_id}.json").write_text(json.dumps(data))
+    (state / "run-a00006.json").chmod(0o666)
+    (state / "global-sysctls.json").write_text(json.dumps({knob: str(int(knob_before) + 1)}))
+    try:
+        res = isolated_clean(state, foreign, "bsz-a00006-h1", "bsz-a00008-h1")
+        assert sleeper.poll() is None, "clean signalled a process outside the run's namespaces"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    err = res["stderr"]
+    assert res["rc"] == 1, res
+    expect = {
+        "a00001": "process pid 1 cannot be one the toolkit started",
+        "a00002": f"namespace '{foreign}' is not named bsz-a00002-<node>",
+        "a00003": "run_id '../../etc' is not the 6 hex digits of its file name",
+        "a00004": f"global sysctl '{knob}' is not one a run may change",
+        "a00005": "is not a bsz-* directory directly under a tracefs instances/",
+        "a00006": "writable by group or others (mode 0666)",
+    }
+    for run_id, why in expect.items():
+        line = next((x for x in err.splitlines() if f"run-{run_id}.json" in x), "")
+        assert why in line and "nothing it names was touched" in line, (run_id, err)
+        assert (state / f"run-{run_id}.json").exists()
+    assert f"process {sleeper.pid} (iperf client h1 x1) not signalled: not in run a00007's namespaces" in err
+    assert f"sysctl '{knob}' in {state}/global-sysctls.json not restored: not one a run may change" in err
+    assert "namespace bsz-a00006-h1 left: its run's ledger was refused" in err
+    assert foreign in res["netns"] and "bsz-a00006-h1" in res["netns"]
+    assert "bsz-a00008-h1" not in res["netns"] and "removed namespace bsz-a00008-h1" in res["stdout"]
+    assert not (state / "run-a00008.json").exists() and not (state / "run-a00007.json").exists()
+    assert sysctl.read(knob) == knob_before and victim_dir.is_dir()
+
+
+def test_clean_refuses_a_state_dir_others_can_write(root, tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (state / "run-b00001.json").write_text(json.dumps(crafted("b00001", dead.pid, namespaces=["bsz-b00001-h1"])))
+    state.chmod(0o777)
+    res = isolated_clean(state, "bsz-b00001-h1")
+    assert res["rc"] == 1 and res["stdout"] == ""
+    assert res["stderr"].strip().splitlines() == [
+        f"bufsize clean: refusing to use {state}: writable by group or others (mode 0777); it must be a directory "
+        "owned by root and not writable by group or others (chown root:root, chmod 755)"
+    ]
+    assert res["netns"] == ["bsz-b00001-h1"] and (state / "run-b00001.json").exists()

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from topologies import FRAME_BYTES, netns, shaper
 from topologies.counters import InterfaceCounters
+from topologies.errors import RunError
 from topologies.proc import run
 from topologies.qdisc_stats import QdiscReader
 from topologies.units import check_buffer_bytes
@@ -70,7 +71,11 @@ class Bottleneck:
 
     def leaf_drops(self) -> int:
         """Packets the buffer has dropped since it was made."""
-        with self.leaf_reader() as r:
+        try:
+            reader = self.leaf_reader()
+        except (OSError, LookupError) as e:
+            raise RunError(f"the bottleneck {self.dev} in {self.ns} cannot be read: {e}") from e
+        with reader as r:
             return r.read().drops
 
     def qdisc_label(self, handle: int, kind: str) -> str:

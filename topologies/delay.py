@@ -19,16 +19,19 @@ the kick (topologies/shaper.py). HTB stays the only rate limit and the bfifo the
 from __future__ import annotations
 
 import json
+import os
 import select
 import signal
 import socket
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from topologies import netns
 from topologies.errors import MachineError, RunError
 from topologies.ledger import RunState
+from topologies.proc import describe_exit, popen_dying_with_parent, state_letter
 from topologies.units import tc_rate
 
 HELPER = Path(__file__).resolve().parent / "delayline" / "bsz-delayline"
@@ -40,6 +43,10 @@ RTPRIO = 10
 # Wake-ups on this VM come 20-70 us late; sleeping until 50 us before a release and polling the
 # rest brings the median lateness to about 1 us for a few % more CPU (bench/results/delayline.md).
 SPIN_US = 50
+# It rewrites its stats file every 200 ms whatever the traffic: a file older than this means the
+# process is stopped (SIGSTOP, a debugger) or starved, so the path carries nothing and samples
+# taken meanwhile would be read as a lack of buffer. Generous: a busy VM stalls it for ms, not s.
+STALL_S = 3.0
 
 
 def netem_commands(dev: str, one_way_us: int, rate_mbps: float | None) -> list[str]:
@@ -103,7 +110,7 @@ class DelayLine:
             assert self.rate_mbps
             fds = (self.kick.fileno(),)
             argv += ["-k", str(fds[0]), "-R", str(int(round(self.rate_mbps * 1e6)))]
-        self.proc = subprocess.Popen(
+        self.proc = popen_dying_with_parent(
             netns.in_ns(self.ns, argv),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -132,6 +139,26 @@ class DelayLine:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def check(self) -> None:
+        """RunError if the delay line has exited or stopped running (no stats heartbeat for STALL_S)."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is not None:
+            raise RunError(
+                f"the delay line (pid {self.proc.pid}) exited ({describe_exit(self.proc.returncode)}): "
+                "the emulated path is broken"
+            )
+        try:
+            age = time.time() - os.stat(self.stats_path).st_mtime
+        except OSError:
+            return  # not written yet (it writes once before "ready")
+        if age > STALL_S:
+            how = "stopped (SIGSTOP or a debugger)" if state_letter(self.proc.pid) == "T" else "not running"
+            raise RunError(
+                f"the delay line (pid {self.proc.pid}) stalled: {how}, no heartbeat for {age:.1f} s, "
+                "so the path carried nothing and samples taken meanwhile are meaningless"
+            )
 
     def stats(self) -> dict:
         """Latest counters the delay line wrote (every 200 ms and at exit)."""

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from topologies import netns, sysctl
 from topologies.bottleneck import Bottleneck
-from topologies.cleanup import teardown
+from topologies.cleanup import signals_held, teardown
 from topologies.config import DumbbellConfig
 from topologies.delay import DelayLine
 from topologies.description import (
@@ -30,7 +30,7 @@ from topologies.description import (
 )
 from topologies.errors import RunError
 from topologies.ledger import RunState
-from topologies.proc import run
+from topologies.proc import popen_dying_with_parent, run
 
 __all__ = ["OFFLOADS_OFF", "Dumbbell", "Host", "tcp_sysctls"]
 
@@ -127,9 +127,14 @@ class Dumbbell:
 
     def stop(self) -> list[str]:
         """Remove everything this dumbbell created (idempotent)."""
-        if self.delayline is not None:
-            self.delayline.stop()
-        return teardown(self.state)
+        # Held from here: a second Ctrl-C while the delay line stops must not skip the teardown.
+        with signals_held():
+            try:
+                if self.delayline is not None:
+                    self.delayline.stop()
+            finally:
+                removed = teardown(self.state)
+        return removed
 
     def _wait_bridge_forwarding(self, timeout: float = 15.0) -> None:
         """Bridge ports pass through a non-forwarding state after they come up; frames sent then are lost."""
@@ -151,13 +156,14 @@ class Dumbbell:
         self.bottleneck.set_buffer(buffer_bytes)
 
     def spawn(self, ns: str, argv: Sequence[str], what: str, **popen_kw) -> subprocess.Popen:
-        """Start a program inside one of this dumbbell's namespaces, recorded for teardown."""
+        """Start a program inside one of this dumbbell's namespaces, recorded for teardown; it is
+        killed if this process dies (call from the main thread: see proc.die_with_parent)."""
         popen_kw.setdefault("start_new_session", True)
-        proc = subprocess.Popen(netns.in_ns(ns, argv), **popen_kw)
+        proc = popen_dying_with_parent(netns.in_ns(ns, argv), **popen_kw)
         self.state.add_process(proc.pid, what)
         return proc
 
     def check_alive(self) -> None:
-        """Raise if the delay line has died (traffic would silently stop)."""
-        if self.delayline is not None and not self.delayline.alive():
-            raise RunError("the delay line process exited; the emulated path is broken")
+        """Raise if the delay line has died or stalled (traffic would silently stop)."""
+        if self.delayline is not None:
+            self.delayline.check()

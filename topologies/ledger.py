@@ -11,7 +11,9 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import secrets
+import stat
 import threading
 import time
 from contextlib import contextmanager
@@ -19,13 +21,122 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from topologies import netns
+from topologies.errors import MachineError
 from topologies.proc import is_same_process, start_time
+from topologies.tracefs import INSTANCE_PREFIX, TRACEFS_CANDIDATES
 
 STATE_DIR = Path(os.environ.get("BUFSIZE_STATE_DIR", "/run/bufsize"))
 GLOBAL_SYSCTLS = "global-sysctls.json"
 _SAVE_LOCK = threading.Lock()
 PORT_BLOCK = 1000  # iperf3 needs a port per client process: up to one per host (400)
 PORT_BLOCKS = range(10_000, 60_000, PORT_BLOCK)
+# The only global sysctls a run may change (and `bufsize clean` may write back).
+ALLOWED_GLOBAL_SYSCTLS = ("net.core.netdev_max_backlog", "net.ipv4.tcp_allowed_congestion_control")
+RUN_ID = re.compile(r"[0-9a-f]{6}")
+NODE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")  # the part of a namespace name after bsz-<run id>-
+TRACE_INSTANCE = re.compile(re.escape(INSTANCE_PREFIX) + r"[a-z]{1,32}-[0-9]{1,10}")
+MAX_LEDGER_BYTES = 8 << 20
+
+
+class LedgerError(ValueError):
+    """A ledger (or state file) that cannot be trusted: `bufsize clean` reports it and acts on none of it."""
+
+
+def check_state_dir() -> None:
+    """The state directory must be root's and writable by nobody else, or anyone could plant a
+    ledger naming what `clean` should kill. MachineError otherwise (nothing is acted on)."""
+    try:
+        st = os.lstat(STATE_DIR)
+    except FileNotFoundError:
+        return
+    problem = _unsafe(st, want_dir=True)
+    if problem:
+        raise MachineError(
+            f"refusing to use {STATE_DIR}: {problem}; it must be a directory owned by root and not "
+            "writable by group or others (chown root:root, chmod 755)"
+        )
+
+
+def _unsafe(st: os.stat_result, want_dir: bool = False) -> str | None:
+    kind_ok = stat.S_ISDIR(st.st_mode) if want_dir else stat.S_ISREG(st.st_mode)
+    if not kind_ok:
+        return "a symbolic link or special file" if not want_dir else "not a directory (a symbolic link?)"
+    if st.st_uid != 0:
+        return f"owned by uid {st.st_uid}, not root"
+    if st.st_mode & 0o022:
+        return f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def read_state_file(path: Path) -> str:
+    """The text of a root-owned regular file not writable by group/others; LedgerError otherwise."""
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        raise LedgerError(f"cannot read it ({e.strerror})") from e
+    problem = _unsafe(st)
+    if problem:
+        raise LedgerError(problem)
+    if st.st_size > MAX_LEDGER_BYTES:
+        raise LedgerError(f"too large ({st.st_size} bytes)")
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise LedgerError(f"cannot read it ({e})") from e
+
+
+def _is_int(v: object, lo: int, hi: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def validate(data: object, file_run_id: str) -> None:
+    """LedgerError unless `data` is exactly what RunState.save writes for run `file_run_id`:
+    every field of the right type, the run id that of the file name, every namespace
+    bsz-<run id>-<node>, every trace instance a bsz-* directory directly under a tracefs
+    instances/ directory, every global sysctl on the allow-list."""
+    if not isinstance(data, dict):
+        raise LedgerError("not a JSON object")
+    fields = {f for f in RunState.__dataclass_fields__}
+    if set(data) != fields:
+        missing, extra = sorted(fields - set(data)), sorted(set(data) - fields)
+        raise LedgerError(f"fields differ from a ledger's (missing {missing}, unknown {extra})")
+    run_id = data["run_id"]
+    if not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id) or run_id != file_run_id:
+        raise LedgerError(f"run_id {run_id!r} is not the 6 hex digits of its file name (run-{file_run_id}.json)")
+    if not _is_int(data["owner_pid"], 1, 1 << 22):
+        raise LedgerError(f"owner_pid {data['owner_pid']!r} is not a process id")
+    if data["owner_start"] is not None and not _is_int(data["owner_start"], 0, 1 << 62):
+        raise LedgerError(f"owner_start {data['owner_start']!r} is not a start time")
+    if not isinstance(data["created"], int | float) or isinstance(data["created"], bool):
+        raise LedgerError(f"created {data['created']!r} is not a time")
+    for key in ("namespaces", "processes", "global_sysctls", "trace_instances"):
+        if not isinstance(data[key], list):
+            raise LedgerError(f"{key} is not a list")
+    prefix = f"{netns.PREFIX}{run_id}-"
+    for ns in data["namespaces"]:
+        if not isinstance(ns, str) or not ns.startswith(prefix) or not NODE.fullmatch(ns[len(prefix) :]):
+            raise LedgerError(f"namespace {ns!r} is not named {prefix}<node>")
+    for p in data["processes"]:
+        if not isinstance(p, dict) or set(p) != {"pid", "start", "what"}:
+            raise LedgerError(f"process entry {p!r} is not {{pid, start, what}}")
+        # pid 1 (init) and 0 are never the toolkit's: refuse the whole ledger rather than risk them.
+        if not _is_int(p["pid"], 2, 1 << 22):
+            raise LedgerError(f"process pid {p['pid']!r} cannot be one the toolkit started")
+        if p["start"] is not None and not _is_int(p["start"], 0, 1 << 62):
+            raise LedgerError(f"process start time {p['start']!r} is not a number of ticks")
+        if not isinstance(p["what"], str) or len(p["what"]) > 200:
+            raise LedgerError("process description is not a short string")
+    for name in data["global_sysctls"]:
+        if name not in ALLOWED_GLOBAL_SYSCTLS:
+            allowed = ", ".join(ALLOWED_GLOBAL_SYSCTLS)
+            raise LedgerError(f"global sysctl {name!r} is not one a run may change ({allowed})")
+    parents = {str(Path(root) / "instances") for root in TRACEFS_CANDIDATES}
+    for d in data["trace_instances"]:
+        ok = isinstance(d, str) and os.path.dirname(d) in parents and TRACE_INSTANCE.fullmatch(os.path.basename(d))
+        if not ok:
+            raise LedgerError(f"trace instance {d!r} is not a bsz-* directory directly under a tracefs instances/")
+    if data["port_base"] is not None and data["port_base"] not in PORT_BLOCKS:
+        raise LedgerError(f"port_base {data['port_base']!r} is not one of the port blocks")
 
 
 @contextmanager
@@ -68,6 +179,7 @@ class RunState:
 
     @classmethod
     def create(cls) -> RunState:
+        check_state_dir()
         with state_lock():
             taken = {p.stem.removeprefix("run-") for p in STATE_DIR.glob("run-*.json")}
             used_ns = set(netns.list_ns())
@@ -82,8 +194,21 @@ class RunState:
 
     @classmethod
     def load(cls, path: Path) -> RunState:
-        data = json.loads(path.read_text())
+        """The ledger at `path`, checked (safe file, valid schema); LedgerError otherwise."""
+        if path.parent != STATE_DIR or not path.name.startswith("run-") or not path.name.endswith(".json"):
+            raise LedgerError("not a ledger file of the state directory")
+        text = read_state_file(path)
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise LedgerError(f"not valid JSON ({e})") from e
+        validate(data, path.name[len("run-") : -len(".json")])
         return cls(**data)
+
+    def workdir_is_safe(self) -> bool:
+        """The scratch directory is a real directory directly in the state directory (never a link out)."""
+        d = self.workdir
+        return d.parent == STATE_DIR and not d.is_symlink() and d.resolve().parent == STATE_DIR.resolve()
 
     def save(self) -> None:
         # Monitors record their trace instances from their own threads: one writer at a time.
@@ -129,14 +254,32 @@ class RunState:
         self.save()
 
 
-def all_states() -> list[RunState]:
-    states = []
+def scan_states() -> tuple[list[RunState], list[tuple[Path, str]]]:
+    """Every ledger in the state directory: those that passed the checks, and those refused, with why."""
+    states, refused = [], []
     for p in sorted(STATE_DIR.glob("run-*.json")):
         try:
             states.append(RunState.load(p))
-        except (OSError, ValueError, TypeError):
+        except (LedgerError, TypeError) as e:
+            refused.append((p, str(e)))
+    return states, refused
+
+
+def refused_ledger_may_be_live() -> bool:
+    """Whether a ledger that failed the checks names an owner that is alive (never acted on; only
+    makes others more careful, e.g. not restoring a sysctl under it)."""
+    for p, _ in scan_states()[1]:
+        try:
+            data = json.loads(p.read_text())
+            if is_same_process(int(data["owner_pid"]), data.get("owner_start")):
+                return True
+        except (OSError, ValueError, TypeError, KeyError):
             continue
-    return states
+    return False
+
+
+def all_states() -> list[RunState]:
+    return scan_states()[0]
 
 
 def live_runs(exclude: str | None = None) -> list[RunState]:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from topologies.errors import RunError
+
+PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)  # resolved before any fork: the child only calls it
+_prctl = _libc.prctl
 
 
 def run(
@@ -26,6 +31,81 @@ def run(
         detail = msg[-1] if msg else f"exit status {res.returncode}"
         raise RunError(f"{' '.join(argv[:6])}{' ...' if len(argv) > 6 else ''}: {detail}")
     return res
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None]:
+    """A preexec_fn: the child gets `sig` when the thread that started it dies (PR_SET_PDEATHSIG).
+
+    So a `kill -9` of bufsize does not leave `iperf -t 86400` or the real-time spinning delay line
+    running. The setting survives nsenter's execve and the program's (neither is setuid). It
+    follows the *thread* that forked, so long-lived processes must be started from the main thread.
+    """
+    parent = os.getpid()
+
+    def preexec() -> None:
+        _prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
+def popen_dying_with_parent(argv: Sequence[str], **kw) -> subprocess.Popen:
+    """subprocess.Popen(argv) whose process is killed if this process dies (see die_with_parent)."""
+    return subprocess.Popen(list(argv), preexec_fn=die_with_parent(), **kw)
+
+
+def describe_exit(returncode: int | None) -> str:
+    """'killed by SIGKILL' or 'exit status 1', for messages about a process that ended."""
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit status {returncode}"
+
+
+def sleep_checked(seconds: float, check: Callable[[], None] | None, every: float = 0.2) -> None:
+    """Sleep `seconds`, calling check() every `every` s, so a dead process or stalled path raises
+    within a fraction of a second instead of after a long settle or sample time."""
+    end = time.monotonic() + seconds
+    while True:
+        if check is not None:
+            check()
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(every, left))
+
+
+def state_letter(pid: int) -> str | None:
+    """The process's state (R, S, D, T stopped, Z zombie ...), or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2]
+
+
+def parent_pid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
+
+
+def net_ns_id(pid: int) -> tuple[int, int] | None:
+    """(device, inode) of the process's network namespace, comparable with os.stat of /run/netns/NAME."""
+    try:
+        st = os.stat(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def start_time(pid: int) -> int | None:
@@ -76,12 +156,7 @@ def stop_process(pid: int, started: int | None, grace: float = 2.0) -> bool:
 
 
 def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return True
-    return stat[stat.rindex(")") + 2] == "Z"
+    return state_letter(pid) in (None, "Z")
 
 
 def _reap(pid: int) -> None:

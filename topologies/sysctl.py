@@ -7,6 +7,7 @@ last (no other live run recorded it) writes the originals back and removes that 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from topologies import ledger
@@ -28,15 +29,47 @@ def _originals_path() -> Path:
     return ledger.STATE_DIR / ledger.GLOBAL_SYSCTLS
 
 
-def _load_originals() -> dict[str, str]:
+# What an original value may look like: a number, or a list of congestion control names.
+VALUE = re.compile(r"[0-9]{1,12}|[a-z0-9_]{1,32}( [a-z0-9_]{1,32}){0,31}")
+
+
+def checked_originals() -> tuple[dict[str, str], list[str]]:
+    """The originals file, keeping only allowed names with plausible values; and what was refused.
+
+    The file must be root's and not writable by others (ledger.read_state_file), since what it
+    holds is written into /proc/sys."""
+    path = _originals_path()
+    if not path.exists():
+        return {}, []
     try:
-        return json.loads(_originals_path().read_text())
-    except (OSError, ValueError):
-        return {}
+        data = json.loads(ledger.read_state_file(path))
+    except (ledger.LedgerError, ValueError) as e:
+        return {}, [f"skipped {path}: {e}; no sysctl restored from it"]
+    if not isinstance(data, dict):
+        return {}, [f"skipped {path}: not a JSON object; no sysctl restored from it"]
+    good, refused = {}, []
+    for name, value in data.items():
+        if name not in ledger.ALLOWED_GLOBAL_SYSCTLS:
+            refused.append(f"sysctl {name!r} in {path} not restored: not one a run may change")
+        elif not isinstance(value, str) or not VALUE.fullmatch(value):
+            refused.append(f"sysctl {name} in {path} not restored: implausible value {value!r}")
+        else:
+            good[name] = value
+    return good, refused
+
+
+def load_originals() -> dict[str, str]:
+    return checked_originals()[0]
+
+
+def _load_originals() -> dict[str, str]:
+    return load_originals()
 
 
 def set_global(state: ledger.RunState, name: str, value: str) -> None:
-    """Change a global sysctl for the duration of the run."""
+    """Change a global sysctl for the duration of the run (only those on the allow-list)."""
+    if name not in ledger.ALLOWED_GLOBAL_SYSCTLS:
+        raise ValueError(f"{name} is not a global sysctl a run may change")
     with ledger.state_lock():
         originals = _load_originals()
         if name not in originals:
@@ -61,25 +94,36 @@ def raise_global(state: ledger.RunState, name: str, minimum: int) -> None:
         set_global(state, name, str(max(current, minimum)))
 
 
-def _restore(names: set[str]) -> list[str]:
-    originals = _load_originals()
+def _restore(names: set[str]) -> tuple[list[str], list[str]]:
+    originals, refused = checked_originals()
+    if refused:  # a file that is not what runs write: leave it (and /proc/sys) alone
+        return [], refused
     done = []
-    for name in sorted(names & originals.keys()):
+    for name in sorted(names & originals.keys() & set(ledger.ALLOWED_GLOBAL_SYSCTLS)):
         write(name, originals.pop(name))
         done.append(f"sysctl {name} restored to {read(name)}")
-    if originals:
-        _originals_path().write_text(json.dumps(originals, indent=1))
-    else:
-        _originals_path().unlink(missing_ok=True)
-    return done
+    if done:
+        if originals:
+            _originals_path().write_text(json.dumps(originals, indent=1))
+        else:
+            _originals_path().unlink(missing_ok=True)
+    return done, []
+
+
+def _still_needed(exclude: str | None = None) -> set[str]:
+    """Sysctls live runs recorded; all of them while a refused ledger's owner may be alive (it
+    could be a run of another version whose ledger this one cannot read)."""
+    needed = {n for s in ledger.live_runs(exclude=exclude) for n in s.global_sysctls}
+    if ledger.refused_ledger_may_be_live():
+        needed |= set(ledger.ALLOWED_GLOBAL_SYSCTLS)
+    return needed
 
 
 def release_globals(state: ledger.RunState) -> list[str]:
     """Called under the state lock when a run ends: restore what no other live run still needs."""
-    still_needed = {n for s in ledger.live_runs(exclude=state.run_id) for n in s.global_sysctls}
-    return _restore(set(state.global_sysctls) - still_needed)
+    return _restore(set(state.global_sysctls) - _still_needed(exclude=state.run_id))[0]
 
 
-def restore_orphaned_globals() -> list[str]:
-    still_needed = {n for s in ledger.live_runs() for n in s.global_sysctls}
-    return _restore(set(_load_originals()) - still_needed)
+def restore_orphaned_globals() -> tuple[list[str], list[str]]:
+    """`bufsize clean`: restore what no live run needs; (what was restored, what was refused and why)."""
+    return _restore(set(load_originals()) - _still_needed())

@@ -1,0 +1,277 @@
+"""Faults injected into a real search part-way: the delay line killed or stalled, an iperf client
+killed, the bottleneck device deleted under the monitors. Each must end the search promptly with
+one clear line and a non-zero status, keep what was measured (error.json with the probes so far,
+the monitors' CSVs) and leave nothing behind. A sweep records such a point and goes on."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import BUFSIZE, bufsize
+
+from topologies import sysctl
+from topologies.counters import IFINFOMSG, RTM_GETLINK
+from topologies.errors import RunError
+from topologies.ledger import ALLOWED_GLOBAL_SYSCTLS, STATE_DIR, live_runs
+from topologies.netlink import NLM_F_REQUEST, RouteSocket
+from topologies.netns import exists as ns_exists
+from topologies.proc import is_running, is_same_process
+
+FAST = ["--rate-mbps", "62.5", "--rtt-ms", "10", "--cc", "reno", "--settle-s", "1", "--sample-s", "0.5"]
+SEARCH = ["search", "--flows", "4", "--hosts", "2", *FAST, "--samples", "3", "--resolution", "0.2"]
+FIRST_PROBE = re.compile(r"probe +\d+: ")
+ENDS_WITHIN_S = 45  # after the fault: teardown included, on a loaded 2-core machine
+
+
+class Run:
+    """A bufsize command in the background, its stderr collected line by line."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen([BUFSIZE, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_line(self, pattern: re.Pattern[str], timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(pattern.search(x) for x in self.lines):
+                return
+            assert self.proc.poll() is None, "ended early:\n" + "\n".join(self.lines[-15:])
+            time.sleep(0.1)
+        raise AssertionError(f"no line matching {pattern.pattern} within {timeout} s")
+
+    def ledger(self, timeout: float = 60, what: str = "iperf client") -> dict:
+        """The run's ledger (owner is this command) once it lists a process `what`."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for p in STATE_DIR.glob("run-*.json"):
+                try:
+                    st = json.loads(p.read_text())
+                except (OSError, ValueError):
+                    continue
+                if st.get("owner_pid") == self.proc.pid and any(what in x["what"] for x in st["processes"]):
+                    return st
+            assert self.proc.poll() is None, "ended early:\n" + "\n".join(self.lines[-15:])
+            time.sleep(0.1)
+        raise AssertionError(f"the run's ledger never listed {what!r}")
+
+    def wait(self, timeout: float) -> float:
+        """Seconds until it ended; fails (after killing it) if it did not end in time."""
+        t0 = time.monotonic()
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGINT)
+            self.proc.wait(timeout=60)
+            raise AssertionError(f"did not end within {timeout} s of the fault (hung)") from None
+        self.reader.join(timeout=5)
+        return time.monotonic() - t0
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def pid_of(st: dict, what: str) -> int:
+    p = next(p for p in st["processes"] if what in p["what"])
+    assert is_same_process(p["pid"], p["start"])
+    return p["pid"]
+
+
+def global_sysctls() -> dict[str, str]:
+    return {n: sysctl.read(n) for n in ALLOWED_GLOBAL_SYSCTLS}
+
+
+def assert_nothing_left(st: dict, sysctls_before: dict[str, str]) -> None:
+    assert not [n for n in st["namespaces"] if ns_exists(n)], "namespaces left"
+    alive = [p for p in st["processes"] if is_running(p["pid"], p["start"])]
+    assert not alive, f"processes left: {alive}"
+    assert not (STATE_DIR / f"run-{st['run_id']}.json").exists(), "ledger left"
+    assert not [d for d in st["trace_instances"] if Path(d).exists()], "trace instances left"
+    # A global sysctl is back, or a live run of someone else still needs it changed.
+    needed = {n for s in live_runs() for n in s.global_sysctls}
+    originals = sysctl.load_originals()
+    for name, before in sysctls_before.items():
+        assert sysctl.read(name) == before or name in needed or name not in originals, name
+
+
+def assert_failed_cleanly(run: Run, out: Path, needle: str) -> dict:
+    """Status 1, the last stderr line is the one-line reason, and error.json plus the data so far."""
+    assert run.proc.returncode == 1, "\n".join(run.lines[-15:])
+    last = run.lines[-1]
+    assert last.startswith("bufsize search: ") and needle in last, "\n".join(run.lines[-15:])
+    assert not any("Traceback" in x for x in run.lines)
+    err = json.loads((out / "error.json").read_text())
+    assert needle in err["error"] and err["type"] == "RunError"
+    assert not (out / "result.json").exists()
+    partial = err["partial"]
+    assert len(partial["probes"]) >= 1 and len(partial["measurements"]) >= 1, partial
+    assert len(partial["calibration_rates_mbps"]) >= 10
+    assert "leftovers_of_dead_runs" in err
+    # The monitors' data up to the fault, and every sample taken.
+    for name in ("queue.csv", "rate.csv", "cpu.csv"):
+        rows = (out / name).read_text().splitlines()
+        assert len(rows) > 10, name
+    samples = (out / "samples.csv").read_text().splitlines()
+    assert len(samples) == 1 + sum(len(m["rates_mbps"]) for m in partial["measurements"])
+    return err
+
+
+def search_with_fault(tmp_path: Path, inject, needle: str, at_probe: bool = True) -> dict:
+    out = tmp_path / "out"
+    before = global_sysctls()
+    run = Run(*SEARCH, "--out", str(out))
+    undo = None
+    try:
+        st = run.ledger()
+        if at_probe:
+            run.wait_line(FIRST_PROBE)
+        undo = inject(st)
+        took = run.wait(ENDS_WITHIN_S)
+    finally:
+        if undo is not None:
+            undo()
+        run.kill()
+    err = assert_failed_cleanly(run, out, needle)
+    assert_nothing_left(st, before)
+    return err | {"took_s": took}
+
+
+@pytest.mark.integration
+def test_delay_line_killed(no_leftovers, tmp_path):
+    def inject(st: dict) -> None:
+        os.kill(pid_of(st, "delay line"), signal.SIGKILL)
+
+    err = search_with_fault(tmp_path, inject, "the delay line")
+    assert "killed by SIGKILL" in err["error"]
+
+
+@pytest.mark.integration
+def test_iperf_client_killed(no_leftovers, tmp_path):
+    def inject(st: dict) -> None:
+        os.kill(pid_of(st, "iperf client"), signal.SIGKILL)
+
+    err = search_with_fault(tmp_path, inject, "iperf client of h")
+    assert "killed by SIGKILL" in err["error"]
+
+
+@pytest.mark.integration
+def test_delay_line_stalled(no_leftovers, tmp_path):
+    """SIGSTOP: the process lives but carries nothing; its stats heartbeat stops, and samples taken
+    meanwhile would read as a lack of buffer. The run must stop, not record them."""
+    stopped: list[tuple[int, int | None]] = []
+
+    def inject(st: dict):  # noqa: ANN202
+        p = next(p for p in st["processes"] if p["what"] == "delay line")
+        os.kill(p["pid"], signal.SIGSTOP)
+        stopped.append((p["pid"], p["start"]))
+
+        def undo() -> None:  # only if the run did not end it (it does: SIGKILL after its grace)
+            if is_same_process(*stopped[0]):
+                os.kill(stopped[0][0], signal.SIGCONT)
+
+        return undo
+
+    err = search_with_fault(tmp_path, inject, "the delay line")
+    assert "stalled: stopped" in err["error"]
+    assert err["took_s"] < 20
+
+
+@pytest.mark.integration
+def test_bottleneck_device_deleted(no_leftovers, tmp_path):
+    """The device the monitors and samples read over netlink disappears under them. Its peer, the
+    delay line's port, goes with it, so whichever notices first ends the run: the delay line
+    (which exits), a sample's or the queue monitor's netlink read (ENODEV)."""
+
+    def inject(st: dict) -> None:
+        switch = next(n for n in st["namespaces"] if n.endswith("-s1"))
+        subprocess.run(["ip", "-n", switch, "link", "del", f"s1-{st['run_id']}"], check=True)
+
+    err = search_with_fault(tmp_path, inject, "")
+    assert re.search(r"device is gone|No such device|the delay line|cannot be read", err["error"]), err["error"]
+
+
+def sweep_args(out: Path) -> list[str]:
+    return [
+        "sweep", "--flows", "2,4", "--runs", "1", "--hosts", "2", *FAST, "--samples", "2",
+        "--resolution", "0.3", "--fidelity-s", "0", "--out", str(out),
+    ]  # fmt: skip
+
+
+@pytest.mark.integration
+def test_sweep_records_failed_point_goes_on_and_retries_only_it(no_leftovers, tmp_path):
+    out = tmp_path / "sweep"
+    before = global_sysctls()
+    run = Run(*sweep_args(out))
+    try:
+        st = run.ledger(timeout=120)  # the first point's run
+        run.wait_line(FIRST_PROBE)
+        os.kill(pid_of(st, "delay line"), signal.SIGKILL)
+        run.wait(400)
+    finally:
+        run.kill()
+    text = "\n".join(run.lines)
+    assert run.proc.returncode == 1, text[-3000:]
+    assert "1 point(s) failed" in text and re.search(r"N=2 run 1: the delay line .*exited", text), text[-3000:]
+    err = json.loads((out / "n0002-run1" / "error.json").read_text())
+    assert "the delay line" in err["error"] and err["partial"]["probes"]
+    assert not (out / "n0002-run1" / "result.json").exists()
+    second = out / "n0004-run1" / "result.json"
+    assert json.loads(second.read_text())["flows"] == 4, "the sweep did not go on to the second point"
+    assert_nothing_left(st, before)
+    kept = second.read_bytes()
+
+    again = bufsize(*sweep_args(out), timeout=400)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "1 of 2 points already finished" in again.stderr
+    assert "N=4" not in again.stderr.split("already finished", 1)[1].split("points finished")[0]
+    assert second.read_bytes() == kept
+    assert json.loads((out / "n0002-run1" / "result.json").read_text())["flows"] == 2
+    assert not (out / "n0002-run1" / "error.json").exists()
+
+
+def test_netlink_read_of_a_vanished_device_is_a_clear_run_error():
+    """The kernel answers with an error (here: no such interface index): RunError naming the device."""
+    nl = RouteSocket.__new__(RouteSocket)
+    nl.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+    nl.sock.bind((0, 0))
+    nl.sock.settimeout(1.0)
+    nl.ns, nl.dev, nl.stall_s, nl.seq = "bsz-test-s1", "s1-test", 2.0, 0
+    body = IFINFOMSG.pack(socket.AF_UNSPEC, 0, 2**31 - 1, 0, 0)
+    try:
+        with pytest.raises(RunError, match=r"s1-test in bsz-test-s1 failed: No such device \(the device is gone\)"):
+            nl.ask(RTM_GETLINK, NLM_F_REQUEST, body)
+    finally:
+        nl.close()
+
+
+def test_netlink_stall_is_a_run_error_not_a_hang():
+    """No answer at all (a stuck rtnl lock looks like this): RunError after stall_s, not a hang."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    nl = RouteSocket.__new__(RouteSocket)
+    nl.sock, nl.ns, nl.dev, nl.stall_s, nl.seq = a, "bsz-test-s1", "s1-test", 0.5, 0
+    a.settimeout(0.1)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(RunError, match="netlink stalled: no answer about s1-test in bsz-test-s1"):
+            nl.ask(RTM_GETLINK, NLM_F_REQUEST, b"")
+    finally:
+        a.close()
+        b.close()
+    assert 0.5 <= time.monotonic() - t0 < 2
