@@ -44,6 +44,7 @@ def wait_for_traffic(proc: subprocess.Popen, timeout: float = 30) -> dict:
                 continue
             if st["owner_pid"] == proc.pid and any("iperf client" in x["what"] for x in st["processes"]):
                 time.sleep(0.5)
+                assert proc.poll() is None, f"verify ended early: {proc.stderr.read() if proc.stderr else ''}"
                 return json.loads(p.read_text())
         time.sleep(0.1)
     raise AssertionError("the run never reached its rate test")
