@@ -46,17 +46,25 @@ def test_doctor_json_reports_backend_consistent_with_qdiscs(root):
     assert "reno" in caps["congestion_controls"]
 
 
+def verify_json(*args: str) -> tuple[dict, int]:
+    res = bufsize("verify", "--hosts", "2", "--rate-mbps", "62.5", *args, "--json")
+    return json.loads(res.stdout), res.returncode
+
+
 @pytest.mark.integration
 def test_verify_measures_rtt_and_rate_of_the_paper_dumbbell(no_leftovers):
-    res = bufsize("verify", "--hosts", "2", "--rate-mbps", "62.5", "--rtt-ms", "87", "--json")
-    s = json.loads(res.stdout)
+    # The rate is judged against the same dumbbell without delay, measured in this run: what this
+    # machine's shaper delivers today, so a slow CI machine does not read as an emulation fault.
+    base, _ = verify_json("--rtt-ms", "0")
+    s, code = verify_json("--rtt-ms", "87")
     assert s["delay_backend"] in ("netem", "delayline")
     assert s["configured_rtt_ms"] == 87.0 and s["configured_rate_mbps"] == 62.5
     assert abs(s["measured_rtt_ms"] - 87.0) <= 0.01 * 87 + 0.3, s
-    # The tool's own band is 97..101 %; the test allows a little more for a loaded CI machine.
-    assert 0.95 <= s["measured_rate_mbps"] / 62.5 <= 1.02, s
+    assert s["rate_test_flows"] >= 8 and s["rate_test_warmup_seconds"] >= 2.0
+    assert s["measured_rate_mbps"] <= 62.5 * 1.02, s  # the shaper never lets more through
+    assert s["measured_rate_mbps"] >= 0.95 * base["measured_rate_mbps"], (s, base["measured_rate_mbps"])
     assert s["delayline_drops"] == 0
-    assert res.returncode == (0 if s["ok"] else 1)
+    assert s["ok"] == (s["rtt_ok"] and s["rate_ok"]) and code == (0 if s["ok"] else 1)
 
 
 @pytest.mark.parametrize(
