@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 from pathlib import Path
 from typing import NoReturn
 
-from buffersizing import model_cli, options
+from buffersizing import model_cli, options, shell
 from buffersizing.experiment import Say, stderr_say
 from buffersizing.measure import MeasureOptions
 from buffersizing.options import add_flows_arg, add_link_args, add_measure_args, add_result_args, add_search_args
@@ -23,7 +22,7 @@ from buffersizing.resultdir import check_out_dir
 from topologies.cleanup import what_remains_message
 from topologies.config import DumbbellConfig
 from topologies.errors import MachineError, RunError, UsageError
-from topologies.machine import delay_backend
+from topologies.machine import delay_backend, require_root
 
 
 class Parser(argparse.ArgumentParser):
@@ -35,11 +34,6 @@ class Parser(argparse.ArgumentParser):
 def _on_signal(signum: int, _frame: object) -> None:
     # Turn SIGTERM/SIGHUP into an exception so every `with Dumbbell(...)` block tears down.
     raise SystemExit(128 + signum)
-
-
-def require_root() -> None:
-    if os.geteuid() != 0:
-        raise MachineError("bufsize needs root (network namespaces, qdiscs): run it with sudo")
 
 
 def result_dir(a: argparse.Namespace, name: str = "result.json") -> Path | None:
@@ -268,6 +262,7 @@ def build_parser() -> Parser:
     add_measure_args(u)
 
     model_cli.add_parser(sub)
+    shell.add_parser(sub)
     command("clean", cmd_clean, "remove what a killed run left behind (only the toolkit's own)")
     q = command("quick", cmd_quick, "the main job of ./setup.sh quick")
     q.add_argument("--out", default="results/quick", help="a timestamped run directory is made in here")

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from conftest import BUFSIZE, ours, run_states
 
-from buffersizing import cli
+from buffersizing import cli, shell
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = "<out>"  # replaced by a fresh path under tmp_path that must not exist afterwards
@@ -52,6 +52,7 @@ BASE = {
     "measure": ["--buffer-packets", "10", "--out", OUT],
     "util-table": ["--out", OUT],
     "model": ["--flows", "10"],
+    "shell": [],
 }
 # Any text is a valid plot title; --out is any path and has its own cases below.
 NOT_IN_MATRIX = {"--title", "--out"}
@@ -60,7 +61,7 @@ NOT_IN_MATRIX = {"--title", "--out"}
 # accepted in test_valid_edge_values_pass_validation).
 VALID: dict[tuple[str, str], set[str]] = {
     # 0 leaves the access links unshaped.
-    **{(c, "--access-mbps"): {"0"} for c in ("verify", "flows", "search", "sweep", "measure", "util-table")},
+    **{(c, "--access-mbps"): {"0"} for c in ("verify", "flows", "search", "sweep", "measure", "util-table", "shell")},
     **{(c, "--fidelity-s"): {"0"} for c in ("search", "sweep", "measure", "util-table")},  # 0 skips the trace
     **{(c, "--reference-s"): {"0"} for c in ("measure", "util-table")},  # 0 skips the reference
     # measure may sample right after a buffer change; search only asks for a positive settle time.
@@ -68,9 +69,9 @@ VALID: dict[tuple[str, str], set[str]] = {
     **{(c, "--settle-s"): {"1e-9"} for c in ("search", "sweep")},
     # 0 means: stop when the bracket is one packet wide.
     **{(c, "--resolution"): {"0", "1e-9"} for c in ("search", "sweep")},
-    # verify and flows build and check a dumbbell: no added delay is a valid one. (search, sweep,
+    # verify, flows and shell build a dumbbell: no added delay is a valid one. (search, sweep,
     # measure and util-table refuse RTT 0: their calibration or reference buffer is 2 BDP = 0.)
-    **{(c, "--rtt-ms"): {"0"} for c in ("verify", "flows")},
+    **{(c, "--rtt-ms"): {"0"} for c in ("verify", "flows", "shell")},
     **{(c, "--max-samples"): {"0"} for c in ("search", "sweep")},  # 0: a fixed count per probe
     ("model", "--buffer-packets"): {"0", "1e-9"},  # the fluid model takes any buffer from none up
     ("model", "--load"): {"1e-9"},  # any load strictly between 0 and 1
@@ -155,6 +156,8 @@ def in_process(monkeypatch, tmp_path, capsys):
 
     monkeypatch.setattr(cli, "require_root", tripwire)
     monkeypatch.setattr(cli, "delay_backend", tripwire)
+    monkeypatch.setattr(shell, "require_root", tripwire)
+    monkeypatch.setattr(shell, "delay_backend", tripwire)
     monkeypatch.setattr("topologies.machine.qdisc_support", tripwire)
     monkeypatch.setattr(cli.signal, "signal", lambda *a: None)  # main's handlers are for a whole process
     monkeypatch.chdir(tmp_path)  # plot's 'nan', 'inf', ... are paths relative to here

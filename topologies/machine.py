@@ -184,3 +184,8 @@ def format_report(c: Capabilities) -> str:
     lines += [f"PROBLEM: {p}" for p in c.problems]
     lines.append("ok" if not c.problems else "not ok: fix the problems above")
     return "\n".join(lines)
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise MachineError("bufsize needs root (network namespaces, qdiscs): run it with sudo")

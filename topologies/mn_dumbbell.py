@@ -1,0 +1,202 @@
+"""The dumbbell as a Mininet Topo, for Mininet's own tools and scripts.
+
+    mn --custom topologies/mn_dumbbell.py --topo dumbbell,2,87 --controller none
+    mn --custom topologies/mn_dumbbell.py --topo dumbbell,hosts=10,rtt_ms=20,rate_mbps=10,buffer_packets=30 \
+       --controller none
+
+Arguments of `dumbbell`: hosts, rtt_ms (each sender's RTT to r1), rate_mbps (bottleneck), buffer_packets
+(bfifo limit; default one bandwidth-delay product), shaper (htb or tbf). Mininet builds and owns
+these nodes (its own namespaces and cleanup); `bufsize shell` is the same dumbbell built and
+measured by the toolkit, with the delay line where the kernel has no netem.
+
+Link classes a user's own Topo can use:
+- BottleneckLink(bw=Mb/s, max_queue_size=packets or buffer_bytes=B, shaper='htb'): on node1's egress
+  the toolkit's shaper with its bfifo child (the same tc tree as the dumbbell's; no netem needed).
+  It carries no delay: propagation delay belongs on the access links, so the queue under study is
+  the only one on the bottleneck egress.
+- AccessLink(delay='43.5ms'): netem on both ends, as Mininet's TCLink does (RTT = 2 x delay per
+  link crossed). On a kernel without netem it is refused with one line, never silently ignored
+  (Mininet's TCLink logs an error and runs with no delay).
+"""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any, NoReturn
+
+# `mn --custom` execs this file without __file__; the code object still knows its path.
+_REPO = Path(inspect.currentframe().f_code.co_filename).resolve().parent.parent  # type: ignore[union-attr]
+if str(_REPO) not in sys.path:
+    sys.path.insert(0, str(_REPO))
+
+from mininet.link import Link  # noqa: E402
+from mininet.node import Node  # noqa: E402
+from mininet.topo import Topo  # noqa: E402
+
+from topologies import FRAME_BYTES  # noqa: E402
+from topologies.config import MAX_HOSTS, SHAPER_BURST  # noqa: E402
+from topologies.delay import NETEM_LIMIT  # noqa: E402
+from topologies.description import OFFLOADS_OFF  # noqa: E402
+from topologies.errors import MachineError, UsageError  # noqa: E402
+from topologies.machine import qdisc_support  # noqa: E402
+from topologies.shaper import build_commands  # noqa: E402
+from topologies.units import check_buffer_bytes, packets_to_bytes  # noqa: E402
+
+LAN_PREFIX, ROUTER_LAN_IP = "10.1", "10.1.255.254"
+WAN_ROUTER_IP, RECEIVER_IP = "10.2.0.254", "10.2.0.1"
+
+
+# Loaded by `mn --custom` (exec'd, so no module name): a refusal there exits with one line instead of
+# raising into mn's handler, whose cleanup kills every process named "mininet:" on the machine.
+UNDER_MN = __name__ != "topologies.mn_dumbbell"
+
+
+@cache
+def netem_available() -> bool:
+    return qdisc_support()["netem"]
+
+
+def refuse(message: str) -> NoReturn:
+    if UNDER_MN:
+        raise SystemExit(f"mn --custom dumbbell: {message}")
+    raise MachineError(message)
+
+
+def check_delay(where: str, delay: Any) -> float:
+    ms = parse_delay_ms(delay)
+    if ms > 0 and not netem_available():
+        refuse(
+            f"{where}: delay {delay} needs the netem qdisc, which this kernel lacks (Mininet's TCLink would run "
+            "without it); `bufsize shell` builds the same dumbbell with the toolkit's delay line"
+        )
+    return ms
+
+
+def node_run(node: Node, argv: list[str], stdin: str | None = None) -> None:
+    """Run argv (a list, never a shell string) in node's namespace; raise with its stderr on failure."""
+    p = node.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = p.communicate(stdin.encode() if stdin is not None else None)
+    if p.returncode != 0:
+        raise MachineError(f"{node.name}: {' '.join(argv)} failed: {err.decode().strip() or out.decode().strip()}")
+
+
+def parse_delay_ms(delay: Any) -> float:
+    """Mininet's delay strings ('43.5ms', '10us', '1s') or a number of ms."""
+    if isinstance(delay, (int, float)):
+        ms = float(delay)
+    else:
+        text = str(delay).strip()
+        for suffix, scale in (("ms", 1.0), ("us", 1e-3), ("s", 1e3)):
+            if text.endswith(suffix):
+                ms = float(text[: -len(suffix)]) * scale
+                break
+        else:
+            ms = float(text)
+    if not 0 <= ms <= 10_000:
+        raise UsageError(f"delay {delay}: must be 0 to 10 s")
+    return ms
+
+
+class AccessLink(Link):
+    """A link with propagation delay from netem on both ends; refused where the kernel has no netem."""
+
+    def __init__(self, node1: Node, node2: Node, delay: Any = 0, **params: Any) -> None:
+        ms = check_delay(f"link {node1.name}-{node2.name}", delay)
+        super().__init__(node1, node2, **params)
+        for intf in (self.intf1, self.intf2):
+            node_run(intf.node, ["ethtool", "-K", intf.name, *OFFLOADS_OFF])
+            if ms > 0:
+                node_run(
+                    intf.node,
+                    ["tc", "qdisc", "add", "dev", intf.name, "root", "netem", "delay", f"{round(ms * 1000)}us"]
+                    + ["limit", str(NETEM_LIMIT)],
+                )
+
+
+class BottleneckLink(Link):
+    """node1's egress: shaper at bw Mb/s with a bfifo child of max_queue_size packets (or buffer_bytes)."""
+
+    def __init__(
+        self,
+        node1: Node,
+        node2: Node,
+        bw: float = 62.5,
+        max_queue_size: float | None = None,
+        buffer_bytes: int | None = None,
+        shaper: str = "htb",
+        delay: Any = None,
+        **params: Any,
+    ) -> None:
+        if delay not in (None, 0, "0", "0ms"):
+            raise UsageError(
+                f"link {node1.name}-{node2.name}: delay {delay} on the bottleneck link: put propagation delay "
+                "on the access links (AccessLink), so the bfifo is the only queue on the bottleneck egress"
+            )
+        if shaper not in SHAPER_BURST:
+            raise UsageError(f"shaper {shaper}: must be one of {', '.join(SHAPER_BURST)}")
+        if not (isinstance(bw, (int, float)) and 0 < bw <= 100_000):
+            raise UsageError(f"bw {bw}: must be a rate in Mb/s above 0")
+        if buffer_bytes is None:
+            if max_queue_size is None:
+                raise UsageError(f"link {node1.name}-{node2.name}: give max_queue_size (packets) or buffer_bytes")
+            buffer_bytes = packets_to_bytes(max_queue_size)
+        check_buffer_bytes(buffer_bytes, "buffer")
+        super().__init__(node1, node2, **params)
+        self.rate_mbps, self.buffer_bytes, self.shaper = bw, buffer_bytes, shaper
+        for intf in (self.intf1, self.intf2):
+            node_run(intf.node, ["ethtool", "-K", intf.name, *OFFLOADS_OFF])
+        lines = build_commands(self.intf1.name, shaper, bw, buffer_bytes, SHAPER_BURST[shaper])
+        node_run(node1, ["tc", "-batch", "-"], stdin="".join(line.rstrip("\n") + "\n" for line in lines))
+
+
+class DumbbellRouter(Node):
+    """s1: a bridge over the senders' ports (10.1.0.0/16) routing to the receiver's port (10.2.0.0/24)."""
+
+    def config(self, **params: Any) -> Any:
+        r = super().config(**params)
+        node_run(self, ["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])
+        node_run(self, ["ip", "link", "add", "br0", "type", "bridge", "stp_state", "0", "forward_delay", "0"])
+        wan = self.intfList()[-1]  # the bottleneck link is added last (DumbbellTopo)
+        for intf in self.intfList()[:-1]:
+            node_run(self, ["ip", "link", "set", intf.name, "master", "br0"])
+        node_run(self, ["ip", "addr", "add", f"{ROUTER_LAN_IP}/16", "dev", "br0"])
+        node_run(self, ["ip", "link", "set", "br0", "up"])
+        node_run(self, ["ip", "addr", "add", f"{WAN_ROUTER_IP}/24", "dev", wan.name])
+        return r
+
+    def terminate(self) -> None:
+        self.popen(["ip", "link", "del", "br0"]).wait()
+        super().terminate()
+
+
+class DumbbellTopo(Topo):
+    """h1..hN -- s1 (router) -- r1, the bottleneck at s1's port toward r1."""
+
+    def build(  # type: ignore[override]
+        self,
+        hosts: int = 2,
+        rtt_ms: float = 87.0,
+        rate_mbps: float = 62.5,
+        buffer_packets: float | None = None,
+        shaper: str = "htb",
+    ) -> None:
+        hosts = int(hosts)
+        if not 1 <= hosts <= MAX_HOSTS:
+            refuse(f"hosts {hosts}: must be 1 to {MAX_HOSTS}")
+        check_delay("dumbbell", f"{rtt_ms / 2}ms")  # before Mininet makes anything
+        bdp = int(float(rate_mbps) * 1e6 / 8 * float(rtt_ms) / 1000)
+        buffer = packets_to_bytes(buffer_packets) if buffer_packets is not None else max(bdp, FRAME_BYTES)
+        s1 = self.addHost("s1", cls=DumbbellRouter, ip=None)
+        for i in range(1, int(hosts) + 1):
+            ip = f"{LAN_PREFIX}.{i >> 8}.{i & 255}/16"
+            h = self.addHost(f"h{i}", ip=ip, defaultRoute=f"via {ROUTER_LAN_IP}")
+            self.addLink(h, s1, cls=AccessLink, delay=f"{rtt_ms / 2}ms")  # netem on both ends: RTT
+        r1 = self.addHost("r1", ip=f"{RECEIVER_IP}/24", defaultRoute=f"via {WAN_ROUTER_IP}")
+        self.addLink(s1, r1, cls=BottleneckLink, bw=rate_mbps, buffer_bytes=buffer, shaper=shaper)
+
+
+topos = {"dumbbell": DumbbellTopo}
