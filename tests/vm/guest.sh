@@ -12,7 +12,7 @@ cd "$repo" || exit 1
 # BSZ_VM_GUEST=1 lets tests/test_netem_vm.py run (and makes a missing netem a failure, not a skip).
 # The repo is read-only here: no bytecode, no .pytest_cache.
 export BSZ_VM_GUEST=1 BSZ_VM_OVS="$ovs" BSZ_VM_ACCEL="$accel" PYTHONDONTWRITEBYTECODE=1
-.venv/bin/python -m pytest -m vm -q -ra -p no:cacheprovider tests/test_netem_vm.py "$@"
+.venv/bin/python -m pytest -m vm -q -ra -p no:cacheprovider tests/test_netem_vm.py tests/test_mininet_vm.py "$@"
 rc=$?
 echo "guest: pytest exit $rc"
 exit $rc
