@@ -28,12 +28,9 @@ if TYPE_CHECKING:
     from topologies.dumbbell import Dumbbell
 
 
-def import_mininet() -> Any:
-    """The mininet package with the modules the adapter and `bufsize shell` use; MachineError if missing."""
+def _mininet() -> Any:
     try:
-        import mininet.cli
         import mininet.link
-        import mininet.log
         import mininet.net
         import mininet.node
     except ImportError as e:
@@ -43,7 +40,7 @@ def import_mininet() -> Any:
 
 def make_view(net: Dumbbell) -> Any:
     """A mininet.net.Mininet whose nodes are `net`'s namespaces; stop() it before `net` is torn down."""
-    mn = import_mininet()
+    mn = _mininet()
 
     class NamespaceNode(mn.node.Node):
         """A Mininet node whose shell runs in an existing named namespace (never a new one)."""

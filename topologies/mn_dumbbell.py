@@ -60,11 +60,10 @@ def netem_available() -> bool:
     return qdisc_support()["netem"]
 
 
-def refuse(message: str, error: type[Exception] = UsageError) -> NoReturn:
-    """Every refusal of this module: one line and exit 1 under mn, else `error` for the calling script."""
+def refuse(message: str) -> NoReturn:
     if UNDER_MN:
         raise SystemExit(f"mn --custom dumbbell: {message}")
-    raise error(message)
+    raise MachineError(message)
 
 
 def check_delay(where: str, delay: Any) -> float:
@@ -72,8 +71,7 @@ def check_delay(where: str, delay: Any) -> float:
     if ms > 0 and not netem_available():
         refuse(
             f"{where}: delay {delay} needs the netem qdisc, which this kernel lacks (Mininet's TCLink would run "
-            "without it); `bufsize shell` builds the same dumbbell with the toolkit's delay line",
-            MachineError,
+            "without it); `bufsize shell` builds the same dumbbell with the toolkit's delay line"
         )
     return ms
 
@@ -88,39 +86,19 @@ def node_run(node: Node, argv: list[str], stdin: str | None = None) -> None:
 
 def parse_delay_ms(delay: Any) -> float:
     """Mininet's delay strings ('43.5ms', '10us', '1s') or a number of ms."""
-    text = str(delay).strip()
-    try:
-        ms = float(delay) if isinstance(delay, (int, float)) else None
+    if isinstance(delay, (int, float)):
+        ms = float(delay)
+    else:
+        text = str(delay).strip()
         for suffix, scale in (("ms", 1.0), ("us", 1e-3), ("s", 1e3)):
-            if ms is None and text.endswith(suffix):
+            if text.endswith(suffix):
                 ms = float(text[: -len(suffix)]) * scale
-        ms = float(text) if ms is None else ms
-    except ValueError:
-        refuse(f"delay {delay}: give ms ('43.5ms'), us or s")
+                break
+        else:
+            ms = float(text)
     if not 0 <= ms <= 10_000:
-        refuse(f"delay {delay}: must be 0 to 10 s")
+        raise UsageError(f"delay {delay}: must be 0 to 10 s")
     return ms
-
-
-def check_bottleneck(
-    where: str, bw: Any, max_queue_size: Any, buffer_bytes: Any, shaper: str, delay: Any = None
-) -> int:
-    """BottleneckLink's parameters (DumbbellTopo checks them before Mininet makes anything); the buffer in bytes."""
-    if delay not in (None, 0, "0", "0ms"):
-        refuse(
-            f"{where}: delay {delay} on the bottleneck link: put propagation delay on the access links "
-            "(AccessLink), so the bfifo is the only queue on the bottleneck egress"
-        )
-    if shaper not in SHAPER_BURST:
-        refuse(f"shaper {shaper}: must be one of {', '.join(SHAPER_BURST)}")
-    if not (isinstance(bw, (int, float)) and 0 < bw <= 100_000):
-        refuse(f"bw {bw}: must be a rate in Mb/s above 0")
-    if buffer_bytes is None and max_queue_size is None:
-        refuse(f"{where}: give max_queue_size (packets) or buffer_bytes")
-    try:
-        return check_buffer_bytes(packets_to_bytes(max_queue_size) if buffer_bytes is None else buffer_bytes, "buffer")
-    except (UsageError, TypeError, ValueError) as e:
-        refuse(f"{where}: {e}")
 
 
 class AccessLink(Link):
@@ -153,8 +131,20 @@ class BottleneckLink(Link):
         delay: Any = None,
         **params: Any,
     ) -> None:
-        where = f"link {node1.name}-{node2.name}"
-        buffer_bytes = check_bottleneck(where, bw, max_queue_size, buffer_bytes, shaper, delay)
+        if delay not in (None, 0, "0", "0ms"):
+            raise UsageError(
+                f"link {node1.name}-{node2.name}: delay {delay} on the bottleneck link: put propagation delay "
+                "on the access links (AccessLink), so the bfifo is the only queue on the bottleneck egress"
+            )
+        if shaper not in SHAPER_BURST:
+            raise UsageError(f"shaper {shaper}: must be one of {', '.join(SHAPER_BURST)}")
+        if not (isinstance(bw, (int, float)) and 0 < bw <= 100_000):
+            raise UsageError(f"bw {bw}: must be a rate in Mb/s above 0")
+        if buffer_bytes is None:
+            if max_queue_size is None:
+                raise UsageError(f"link {node1.name}-{node2.name}: give max_queue_size (packets) or buffer_bytes")
+            buffer_bytes = packets_to_bytes(max_queue_size)
+        check_buffer_bytes(buffer_bytes, "buffer")
         super().__init__(node1, node2, **params)
         self.rate_mbps, self.buffer_bytes, self.shaper = bw, buffer_bytes, shaper
         for intf in (self.intf1, self.intf2):
@@ -197,11 +187,9 @@ class DumbbellTopo(Topo):
         hosts = int(hosts)
         if not 1 <= hosts <= MAX_HOSTS:
             refuse(f"hosts {hosts}: must be 1 to {MAX_HOSTS}")
-        # Everything is checked before Mininet makes anything: a refusal then leaves nothing behind.
-        check_delay("dumbbell", f"{rtt_ms / 2}ms")
+        check_delay("dumbbell", f"{rtt_ms / 2}ms")  # before Mininet makes anything
         bdp = int(float(rate_mbps) * 1e6 / 8 * float(rtt_ms) / 1000)
-        default = max(bdp, FRAME_BYTES) if buffer_packets is None else None
-        buffer = check_bottleneck("dumbbell", rate_mbps, buffer_packets, default, shaper)
+        buffer = packets_to_bytes(buffer_packets) if buffer_packets is not None else max(bdp, FRAME_BYTES)
         s1 = self.addHost("s1", cls=DumbbellRouter, ip=None)
         for i in range(1, int(hosts) + 1):
             ip = f"{LAN_PREFIX}.{i >> 8}.{i & 255}/16"
