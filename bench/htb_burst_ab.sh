@@ -1,6 +1,6 @@
 #!/bin/bash
 # Alternating A/B: HTB burst 1 frame (default) vs 10 frames, N=50 cubic, 1 BDP buffer, 20 s.
-cd /work/main
+cd "$(dirname "$0")/.."  # the repo this script is in
 for i in 1 2 3; do for b in 1514 15140; do
   .venv/bin/bufsize measure --flows 50 --hosts 50 --cc cubic --buffer-packets 464 --duration 20 --burst-bytes $b --json 2>/dev/null \
   | python3 -c "

@@ -18,9 +18,9 @@ from buffersizing import options
 from topologies.config import DumbbellConfig
 from topologies.counters import rate_mbps
 from topologies.dumbbell import Dumbbell
-from topologies.errors import MachineError, UsageError
+from topologies.errors import UsageError
 from topologies.machine import delay_backend, require_root
-from topologies.mininet_adapter import make_view
+from topologies.mininet_adapter import import_mininet, make_view
 from topologies.units import MAX_BUFFER_BYTES, bytes_to_packets, check_number, packets_to_bytes
 
 MONITOR_EVERY_S = 0.1
@@ -53,17 +53,12 @@ def parse_buffer(words: list[str]) -> int:
 
 
 def make_cli_class() -> type:
-    try:
-        from mininet.cli import CLI
-        from mininet.log import lg, setLogLevel
-    except ImportError as e:
-        raise MachineError(f"Mininet is not importable ({e}): run ./setup.sh, which installs and links it") from e
-
-    setLogLevel("output")  # the CLI prints command output at this level; the default prints nothing
-    for handler in lg.handlers:
+    mn = import_mininet()
+    mn.log.setLogLevel("output")  # the CLI prints command output at this level; the default prints nothing
+    for handler in mn.log.lg.handlers:
         handler.setStream(sys.stdout)  # a command's output is the shell's output (Mininet logs to stderr)
 
-    class DumbbellCLI(CLI):
+    class DumbbellCLI(mn.cli.CLI):
         prompt = "bufsize> "
 
         def __init__(self, view: Any, stdin: TextIO = sys.stdin, **kw: Any) -> None:

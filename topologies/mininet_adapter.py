@@ -28,9 +28,12 @@ if TYPE_CHECKING:
     from topologies.dumbbell import Dumbbell
 
 
-def _mininet() -> Any:
+def import_mininet() -> Any:
+    """The mininet package with the modules the adapter and `bufsize shell` use; MachineError if missing."""
     try:
+        import mininet.cli
         import mininet.link
+        import mininet.log
         import mininet.net
         import mininet.node
     except ImportError as e:
@@ -40,7 +43,7 @@ def _mininet() -> Any:
 
 def make_view(net: Dumbbell) -> Any:
     """A mininet.net.Mininet whose nodes are `net`'s namespaces; stop() it before `net` is torn down."""
-    mn = _mininet()
+    mn = import_mininet()
 
     class NamespaceNode(mn.node.Node):
         """A Mininet node whose shell runs in an existing named namespace (never a new one)."""

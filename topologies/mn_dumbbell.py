@@ -60,10 +60,11 @@ def netem_available() -> bool:
     return qdisc_support()["netem"]
 
 
-def refuse(message: str) -> NoReturn:
+def refuse(message: str, error: type[Exception] = UsageError) -> NoReturn:
+    """Every refusal of this module: one line and exit 1 under mn, else `error` for the calling script."""
     if UNDER_MN:
         raise SystemExit(f"mn --custom dumbbell: {message}")
-    raise MachineError(message)
+    raise error(message)
 
 
 def check_delay(where: str, delay: Any) -> float:
@@ -71,7 +72,8 @@ def check_delay(where: str, delay: Any) -> float:
     if ms > 0 and not netem_available():
         refuse(
             f"{where}: delay {delay} needs the netem qdisc, which this kernel lacks (Mininet's TCLink would run "
-            "without it); `bufsize shell` builds the same dumbbell with the toolkit's delay line"
+            "without it); `bufsize shell` builds the same dumbbell with the toolkit's delay line",
+            MachineError,
         )
     return ms
 
@@ -86,19 +88,39 @@ def node_run(node: Node, argv: list[str], stdin: str | None = None) -> None:
 
 def parse_delay_ms(delay: Any) -> float:
     """Mininet's delay strings ('43.5ms', '10us', '1s') or a number of ms."""
-    if isinstance(delay, (int, float)):
-        ms = float(delay)
-    else:
-        text = str(delay).strip()
+    text = str(delay).strip()
+    try:
+        ms = float(delay) if isinstance(delay, (int, float)) else None
         for suffix, scale in (("ms", 1.0), ("us", 1e-3), ("s", 1e3)):
-            if text.endswith(suffix):
+            if ms is None and text.endswith(suffix):
                 ms = float(text[: -len(suffix)]) * scale
-                break
-        else:
-            ms = float(text)
+        ms = float(text) if ms is None else ms
+    except ValueError:
+        refuse(f"delay {delay}: give ms ('43.5ms'), us or s")
     if not 0 <= ms <= 10_000:
-        raise UsageError(f"delay {delay}: must be 0 to 10 s")
+        refuse(f"delay {delay}: must be 0 to 10 s")
     return ms
+
+
+def check_bottleneck(
+    where: str, bw: Any, max_queue_size: Any, buffer_bytes: Any, shaper: str, delay: Any = None
+) -> int:
+    """BottleneckLink's parameters (DumbbellTopo checks them before Mininet makes anything); the buffer in bytes."""
+    if delay not in (None, 0, "0", "0ms"):
+        refuse(
+            f"{where}: delay {delay} on the bottleneck link: put propagation delay on the access links "
+            "(AccessLink), so the bfifo is the only queue on the bottleneck egress"
+        )
+    if shaper not in SHAPER_BURST:
+        refuse(f"shaper {shaper}: must be one of {', '.join(SHAPER_BURST)}")
+    if not (isinstance(bw, (int, float)) and 0 < bw <= 100_000):
+        refuse(f"bw {bw}: must be a rate in Mb/s above 0")
+    if buffer_bytes is None and max_queue_size is None:
+        refuse(f"{where}: give max_queue_size (packets) or buffer_bytes")
+    try:
+        return check_buffer_bytes(packets_to_bytes(max_queue_size) if buffer_bytes is None else buffer_bytes, "buffer")
+    except (UsageError, TypeError, ValueError) as e:
+        refuse(f"{where}: {e}")
 
 
 class AccessLink(Link):
@@ -131,20 +153,8 @@ class BottleneckLink(Link):
         delay: Any = None,
         **params: Any,
     ) -> None:
-        if delay not in (None, 0, "0", "0ms"):
-            raise UsageError(
-                f"link {node1.name}-{node2.name}: delay {delay} on the bottleneck link: put propagation delay "
-                "on the access links (AccessLink), so the bfifo is the only queue on the bottleneck egress"
-            )
-        if shaper not in SHAPER_BURST:
-            raise UsageError(f"shaper {shaper}: must be one of {', '.join(SHAPER_BURST)}")
-        if not (isinstance(bw, (int, float)) and 0 < bw <= 100_000):
-            raise UsageError(f"bw {bw}: must be a rate in Mb/s above 0")
-        if buffer_bytes is None:
-            if max_queue_size is None:
-                raise UsageError(f"link {node1.name}-{node2.name}: give max_queue_size (packets) or buffer_bytes")
-            buffer_bytes = packets_to_bytes(max_queue_size)
-        check_buffer_bytes(buffer_bytes, "buffer")
+        where = f"link {node1.name}-{node2.name}"
+        buffer_bytes = check_bottleneck(where, bw, max_queue_size, buffer_bytes, shaper, delay)
         super().__init__(node1, node2, **params)
         self.rate_mbps, self.buffer_bytes, self.shaper = bw, buffer_bytes, shaper
         for intf in (self.intf1, self.intf2):
@@ -187,9 +197,11 @@ class DumbbellTopo(Topo):
         hosts = int(hosts)
         if not 1 <= hosts <= MAX_HOSTS:
             refuse(f"hosts {hosts}: must be 1 to {MAX_HOSTS}")
-        check_delay("dumbbell", f"{rtt_ms / 2}ms")  # before Mininet makes anything
+        # Everything is checked before Mininet makes anything: a refusal then leaves nothing behind.
+        check_delay("dumbbell", f"{rtt_ms / 2}ms")
         bdp = int(float(rate_mbps) * 1e6 / 8 * float(rtt_ms) / 1000)
-        buffer = packets_to_bytes(buffer_packets) if buffer_packets is not None else max(bdp, FRAME_BYTES)
+        default = max(bdp, FRAME_BYTES) if buffer_packets is None else None
+        buffer = check_bottleneck("dumbbell", rate_mbps, buffer_packets, default, shaper)
         s1 = self.addHost("s1", cls=DumbbellRouter, ip=None)
         for i in range(1, int(hosts) + 1):
             ip = f"{LAN_PREFIX}.{i >> 8}.{i & 255}/16"

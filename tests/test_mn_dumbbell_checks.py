@@ -1,0 +1,40 @@
+"""The Mininet Topo's checks, without building anything: each bad value is refused with its name."""
+
+from __future__ import annotations
+
+import pytest
+
+from topologies import mn_dumbbell as m
+from topologies.errors import UsageError
+from topologies.units import packets_to_bytes
+
+
+@pytest.mark.parametrize("text,ms", [("43.5ms", 43.5), ("10us", 0.01), ("1s", 1000.0), (5, 5.0), ("0", 0.0)])
+def test_mininet_delay_strings(text, ms):
+    assert m.parse_delay_ms(text) == pytest.approx(ms)
+
+
+@pytest.mark.parametrize("text", ["abc", "nan", "-1ms", "11s"])
+def test_bad_delay_refused(text):
+    with pytest.raises(UsageError, match="delay"):
+        m.parse_delay_ms(text)
+
+
+def test_bottleneck_buffer_from_packets_or_bytes():
+    assert m.check_bottleneck("l", 10.0, 30, None, "htb") == packets_to_bytes(30)
+    assert m.check_bottleneck("l", 10.0, None, 20_000, "tbf") == 20_000
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        ((10.0, 30, None, "red"), "shaper red"),
+        ((-1, 30, None, "htb"), "bw -1"),
+        ((10.0, None, None, "htb"), "max_queue_size"),
+        ((10.0, 0.1, None, "htb"), "buffer"),
+        ((10.0, 30, None, "htb", "5ms"), "delay 5ms on the bottleneck"),
+    ],
+)
+def test_bad_bottleneck_refused(args, needle):
+    with pytest.raises(UsageError, match=needle):
+        m.check_bottleneck("l", *args)
