@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +61,51 @@ def no_leftovers(root):
             f"left behind: namespaces {sorted(left_ns)}, state files {sorted(left_states)}, "
             f"trace instances {sorted(left_traces)}"
         )
+
+
+@pytest.fixture(scope="session")
+def zero_delay_rate_mbps() -> float:
+    """What this machine's default shaper carries at 62.5 Mb/s with no added delay, measured once per
+    session: tests judge a delayed path's rate against it, never against the nominal rate, so a slow
+    or loaded machine does not read as an emulation fault."""
+    if os.geteuid() != 0:
+        pytest.fail("integration tests need root (they build namespaces and qdiscs)")
+    from buffersizing.verify import measure_rate
+    from topologies.config import DumbbellConfig
+    from topologies.dumbbell import Dumbbell
+
+    with Dumbbell(DumbbellConfig(hosts=2, rtt_ms=[0.0, 0.0]), "delayline") as net:
+        return measure_rate(net, duration=3.0).measured_mbps
+
+
+OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
+
+
+@pytest.fixture
+def ovs():
+    """ovs-vswitchd running in the VM stage's guest (never on the host: the guest's /etc and /var are
+    overlays, so nothing it starts or writes outlives the guest). Bridges a test leaves are removed."""
+    wanted = os.environ.get("BSZ_VM_OVS")  # stage.sh: 1 (installed), missing, or 0 (turned off)
+    if wanted == "0":
+        pytest.skip("OVS test turned off (BSZ_VM_OVS=0)")
+    if not (shutil.which("ovs-vsctl") and Path(OVS_CTL).exists()):
+        msg = "openvswitch-switch is not installed on the host (BSZ_VM_OVS=1 tests/vm/stage.sh installs it)"
+        if wanted == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+
+    def run(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+
+    subprocess.run(["modprobe", "openvswitch"], check=True)
+    subprocess.run([OVS_CTL, "start", "--system-id=random", "--no-monitor"], check=True, timeout=120)
+    before = set(run("ovs-vsctl", "list-br").stdout.split())
+    try:
+        yield
+    finally:
+        for br in set(run("ovs-vsctl", "list-br").stdout.split()) - before:
+            run("ovs-vsctl", "--if-exists", "del-br", br)
+        run(OVS_CTL, "stop")
 
 
 def bufsize(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess[str]:

@@ -117,6 +117,31 @@ def test_mn_custom_builds_the_bottleneck_tree(no_leftovers, mn_sysctls_restored)
     assert re.search(r"qdisc htb 1: .*root", qdiscs) and re.search(rf"qdisc bfifo 10: .*limit {limit}b", qdiscs), qdiscs
 
 
+def test_mn_custom_with_mininets_own_switch_in_front_of_the_router(no_leftovers, mn_sysctls_restored):
+    # l2switch=1: the senders' LAN is Mininet's switch, the router g1 behind it. This kernel has no
+    # Open vSwitch module, so Mininet's Linux bridge class stands in (the VM stage runs it on OVS).
+    res = mn(
+        "--topo",
+        "dumbbell,hosts=3,rtt_ms=0,rate_mbps=10,buffer_packets=30,l2switch=1",
+        "--switch",
+        "lxbr",
+        script=("h3 ping -c 2 r1\ng1 tc qdisc show\nsh ip -br link show s1\ng1 ip -br addr show\n"),
+    )
+    assert res.returncode == 0, res.stderr
+    shown = res.stderr
+    assert len(ping_times(shown)) == 2, shown
+    assert re.search(rf"qdisc bfifo 10: dev g1-eth\d+ .*limit {packets_to_bytes(30)}b", shown), shown
+    # The router's addresses sit on the right ports: the LAN's on its bridge, the receiver side's on
+    # the port that carries the bottleneck (the one with the bfifo).
+    wan = re.search(r"qdisc bfifo 10: dev (g1-eth\d+)", shown).group(1)
+    assert re.search(rf"\b{wan}\S*\s+UP\s+10\.2\.0\.254/24", shown), shown
+    assert re.search(r"\bbr0\s+UP\s+10\.1\.255\.254/16", shown), shown
+    # The switch is a bridge in the root namespace (`sh` output goes to mn's stdout).
+    assert re.search(r"\bs1\s+UP\b", res.stdout), res.stdout
+    gone = subprocess.run(["ip", "link", "show", "s1"], capture_output=True, text=True)
+    assert gone.returncode != 0, gone.stdout  # Mininet removed its bridge when it stopped
+
+
 def test_mn_custom_delay_without_netem_is_refused_in_one_line(no_leftovers, mn_sysctls_restored):
     if qdisc_support()["netem"]:
         res = mn("--topo", "dumbbell,hosts=2,rtt_ms=20", script="h1 ping -c 2 r1\n")

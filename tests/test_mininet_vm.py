@@ -39,23 +39,38 @@ def min_rtt(text: str) -> float:
     return min(times)
 
 
-def mn_ping(rtt_ms: float) -> float:
+def mn_ping(rtt_ms: float, topo_extra: str = "", script: str = "") -> tuple[float, subprocess.CompletedProcess[str]]:
     res = subprocess.run(
-        ["mn", "--custom", str(CUSTOM), "--topo", f"dumbbell,hosts=2,rtt_ms={rtt_ms:g},rate_mbps=5"]
+        ["mn", "--custom", str(CUSTOM), "--topo", f"dumbbell,hosts=2,rtt_ms={rtt_ms:g},rate_mbps=5{topo_extra}"]
         + ["--controller", "none"],
-        input="h1 ping -c 5 -i 0.2 r1\n",
+        input="h1 ping -c 5 -i 0.2 r1\n" + script,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert res.returncode == 0, res.stderr
-    return min_rtt(res.stderr)  # mn's CLI logs command output to stderr
+    return min_rtt(res.stderr), res  # mn's CLI logs command output to stderr
 
 
 def test_mn_custom_dumbbell_has_netem_delay_on_the_stock_kernel():
-    base, delayed = mn_ping(0), mn_ping(RTT_MS)
+    (base, _), (delayed, _) = mn_ping(0), mn_ping(RTT_MS)
     print(f"mn --custom: min RTT {delayed:.3f} ms at {RTT_MS:g}, {base:.3f} ms at 0")
     assert abs((delayed - base) - RTT_MS) <= ALLOWED_MS, (delayed, base)
+
+
+def test_mn_custom_dumbbell_behind_mininets_default_open_vswitch(ovs):
+    # l2switch=1 and no --switch: the senders' LAN is Mininet's default switch, Open vSwitch (kernel
+    # datapath, standalone), with the router g1 behind it and netem on the access links.
+    look = "sh ovs-vsctl list-br\nsh ovs-vsctl get-fail-mode s1\ng1 tc qdisc show\n"
+    (base, _), (delayed, res) = mn_ping(0, ",l2switch=1"), mn_ping(RTT_MS, ",l2switch=1", look)
+    print(f"mn --custom on OVS: min RTT {delayed:.3f} ms at {RTT_MS:g}, {base:.3f} ms at 0")
+    assert abs((delayed - base) - RTT_MS) <= ALLOWED_MS, (delayed, base)
+    # `sh` prints to mn's stdout, after the CLI's prompts: "mininet> s1", "mininet> standalone".
+    assert re.search(r"(^|> )s1$", res.stdout, re.M), res.stdout
+    assert re.search(r"(^|> )standalone$", res.stdout, re.M), res.stdout
+    assert re.search(r"qdisc bfifo 10: dev g1-eth\d+ parent 1:1 limit \d+b", res.stderr), res.stderr
+    left = subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True, check=True).stdout
+    assert "s1" not in left.split(), left  # Mininet removed its bridge when it stopped
 
 
 def test_adapter_over_a_netem_dumbbell(no_leftovers):

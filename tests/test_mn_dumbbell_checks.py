@@ -38,3 +38,22 @@ def test_bottleneck_buffer_from_packets_or_bytes():
 def test_bad_bottleneck_refused(args, needle):
     with pytest.raises(UsageError, match=needle):
         m.check_bottleneck("l", *args)
+
+
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [({"hosts": 0}, "hosts 0"), ({"hosts": 2, "l2switch": "yes"}, "l2switch yes"), ({"shaper": "red"}, "shaper red")],
+)
+def test_bad_topo_arguments_refused_before_any_node(kwargs, needle):
+    # rtt_ms=0: no netem needed, so the checks themselves are what refuse on any kernel.
+    with pytest.raises(UsageError, match=needle):
+        m.DumbbellTopo(rtt_ms=0, **kwargs)
+
+
+@pytest.mark.parametrize("l2switch,switches,router", [(0, [], "s1"), (1, ["s1"], "g1")])
+def test_topo_shape_with_and_without_mininets_switch(l2switch, switches, router):
+    t = m.DumbbellTopo(hosts=3, rtt_ms=0, l2switch=l2switch)
+    assert t.switches() == switches
+    assert set(t.hosts()) == {"h1", "h2", "h3", "r1", router}
+    bottleneck = [(a, b) for a, b, info in t.links(withInfo=True) if info.get("cls") is m.BottleneckLink]
+    assert sorted(bottleneck[0]) == sorted((router, "r1")) and len(bottleneck) == 1

@@ -38,7 +38,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import time
@@ -378,28 +377,7 @@ def test_netem_dumbbell_delays_survive_buffer_change_and_teardown_leaves_nothing
 
 # ---- Open vSwitch -----------------------------------------------------------------------------------
 
-OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
 OVS_BRIDGE = "bszovs0"
-
-
-@pytest.fixture
-def ovs():
-    """ovs-vswitchd running in the guest (it starts nothing on the host: the guest's /etc and /var are overlays)."""
-    wanted = os.environ.get("BSZ_VM_OVS")  # stage.sh: 1 (installed), missing, or 0 (turned off)
-    if wanted == "0":
-        pytest.skip("OVS test turned off (BSZ_VM_OVS=0)")
-    if not (shutil.which("ovs-vsctl") and Path(OVS_CTL).exists()):
-        msg = "openvswitch-switch is not installed on the host (BSZ_VM_OVS=1 tests/vm/stage.sh installs it)"
-        if wanted == "1":
-            pytest.fail(msg)
-        pytest.skip(msg)
-    run(["modprobe", "openvswitch"])
-    run([OVS_CTL, "start", "--system-id=random", "--no-monitor"], timeout=120)
-    try:
-        yield
-    finally:
-        run(["ovs-vsctl", "--if-exists", "del-br", OVS_BRIDGE], check=False)
-        run([OVS_CTL, "stop"], check=False, timeout=60)
 
 
 def start_flows(hosts: Sequence[Host], dst: str) -> list[subprocess.Popen]:

@@ -5,7 +5,8 @@
        --controller none
 
 Arguments of `dumbbell`: hosts, rtt_ms (each sender's RTT to r1), rate_mbps (bottleneck), buffer_packets
-(bfifo limit; default one bandwidth-delay product), shaper (htb or tbf). Mininet builds and owns
+(bfifo limit; default one bandwidth-delay product), shaper (htb or tbf), l2switch (1: the senders'
+LAN is Mininet's switch, Open vSwitch by default, with the router g1 behind it). Mininet builds and owns
 these nodes (its own namespaces and cleanup); `bufsize shell` is the same dumbbell built and
 measured by the toolkit, with the delay line where the kernel has no netem.
 
@@ -33,12 +34,12 @@ _REPO = Path(inspect.currentframe().f_code.co_filename).resolve().parent.parent 
 if str(_REPO) not in sys.path:
     sys.path.insert(0, str(_REPO))
 
-from mininet.link import Link  # noqa: E402
+from mininet.link import Intf, Link, TCIntf  # noqa: E402
 from mininet.node import Node  # noqa: E402
 from mininet.topo import Topo  # noqa: E402
 
 from topologies import FRAME_BYTES  # noqa: E402
-from topologies.config import MAX_HOSTS, SHAPER_BURST  # noqa: E402
+from topologies.config import MAX_HOSTS, SHAPER_BURST, default_burst_bytes  # noqa: E402
 from topologies.delay import NETEM_LIMIT  # noqa: E402
 from topologies.description import OFFLOADS_OFF  # noqa: E402
 from topologies.errors import MachineError, UsageError  # noqa: E402
@@ -123,20 +124,44 @@ def check_bottleneck(
         refuse(f"{where}: {e}")
 
 
+class ToolkitIntf(TCIntf):
+    """An interface whose offloads and qdiscs are set in config(), so they can be set again: Open vSwitch
+    clears a port's root qdisc when Mininet attaches it, and Mininet then calls config() once more on
+    TCIntf interfaces (OVSSwitch.TCReapply). Only the subclass is Mininet's: TCIntf's own tc tree
+    (its netem/HTB from bw, delay, max_queue_size) is never built.
+
+    delay_ms: netem delay on this egress. bottleneck: (shaper, Mb/s, buffer bytes, burst bytes) of the
+    shaper tree with its bfifo child on this egress.
+    """
+
+    def config(  # type: ignore[override]
+        self, delay_ms: float = 0.0, bottleneck: tuple[str, float, int, int] | None = None, **params: Any
+    ) -> dict:
+        r = Intf.config(self, **params)
+        node_run(self.node, ["ethtool", "-K", self.name, *OFFLOADS_OFF])
+        if bottleneck:
+            # Built from scratch each time: nothing at first, whatever OVS left on re-application.
+            self.node.popen(["tc", "qdisc", "del", "dev", self.name, "root"], stderr=subprocess.DEVNULL).wait()
+            lines = build_commands(self.name, *bottleneck)
+            node_run(self.node, ["tc", "-batch", "-"], stdin="".join(line.rstrip("\n") + "\n" for line in lines))
+        elif delay_ms > 0:
+            node_run(
+                self.node,
+                ["tc", "qdisc", "replace", "dev", self.name, "root", "netem", "delay", f"{round(delay_ms * 1000)}us"]
+                + ["limit", str(NETEM_LIMIT)],
+            )
+        return r
+
+
 class AccessLink(Link):
     """A link with propagation delay from netem on both ends; refused where the kernel has no netem."""
 
     def __init__(self, node1: Node, node2: Node, delay: Any = 0, **params: Any) -> None:
         ms = check_delay(f"link {node1.name}-{node2.name}", delay)
-        super().__init__(node1, node2, **params)
-        for intf in (self.intf1, self.intf2):
-            node_run(intf.node, ["ethtool", "-K", intf.name, *OFFLOADS_OFF])
-            if ms > 0:
-                node_run(
-                    intf.node,
-                    ["tc", "qdisc", "add", "dev", intf.name, "root", "netem", "delay", f"{round(ms * 1000)}us"]
-                    + ["limit", str(NETEM_LIMIT)],
-                )
+        p1, p2 = dict(params.pop("params1", None) or {}), dict(params.pop("params2", None) or {})
+        p1["delay_ms"] = p2["delay_ms"] = ms
+        params["intf"] = ToolkitIntf  # Mininet.addLink passes its default intf class; ours replaces it
+        super().__init__(node1, node2, params1=p1, params2=p2, **params)
 
 
 class BottleneckLink(Link):
@@ -155,12 +180,11 @@ class BottleneckLink(Link):
     ) -> None:
         where = f"link {node1.name}-{node2.name}"
         buffer_bytes = check_bottleneck(where, bw, max_queue_size, buffer_bytes, shaper, delay)
-        super().__init__(node1, node2, **params)
         self.rate_mbps, self.buffer_bytes, self.shaper = bw, buffer_bytes, shaper
-        for intf in (self.intf1, self.intf2):
-            node_run(intf.node, ["ethtool", "-K", intf.name, *OFFLOADS_OFF])
-        lines = build_commands(self.intf1.name, shaper, bw, buffer_bytes, SHAPER_BURST[shaper])
-        node_run(node1, ["tc", "-batch", "-"], stdin="".join(line.rstrip("\n") + "\n" for line in lines))
+        p1 = dict(params.pop("params1", None) or {})
+        p1["bottleneck"] = (shaper, bw, buffer_bytes, default_burst_bytes(shaper, bw))
+        params["intf"] = ToolkitIntf
+        super().__init__(node1, node2, params1=p1, **params)
 
 
 class DumbbellRouter(Node):
@@ -170,8 +194,12 @@ class DumbbellRouter(Node):
         r = super().config(**params)
         node_run(self, ["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])
         node_run(self, ["ip", "link", "add", "br0", "type", "bridge", "stp_state", "0", "forward_delay", "0"])
-        wan = self.intfList()[-1]  # the bottleneck link is added last (DumbbellTopo)
-        for intf in self.intfList()[:-1]:
+        # The port toward the receiver is the bottleneck link's (Mininet adds links sorted by name,
+        # so the order of the interfaces says nothing).
+        wan = next((i for i in self.intfList() if isinstance(getattr(i, "link", None), BottleneckLink)), None)
+        if wan is None:
+            raise MachineError(f"{self.name}: no BottleneckLink among its links; the router routes toward one")
+        for intf in (i for i in self.intfList() if i is not wan and i.name != "lo"):
             node_run(self, ["ip", "link", "set", intf.name, "master", "br0"])
         node_run(self, ["ip", "addr", "add", f"{ROUTER_LAN_IP}/16", "dev", "br0"])
         node_run(self, ["ip", "link", "set", "br0", "up"])
@@ -184,7 +212,13 @@ class DumbbellRouter(Node):
 
 
 class DumbbellTopo(Topo):
-    """h1..hN -- s1 (router) -- r1, the bottleneck at s1's port toward r1."""
+    """h1..hN -- s1 (router) -- r1, the bottleneck at s1's port toward r1.
+
+    With l2switch=1 the senders' LAN is Mininet's own switch (Open vSwitch by default under `mn`;
+    any `--switch`), and the router is a host g1 behind it: h1..hN -- s1 (switch) -- g1 -- r1, the
+    bottleneck at g1's port toward r1. The switch runs standalone (a learning switch), so
+    `--controller none` works with it.
+    """
 
     def build(  # type: ignore[override]
         self,
@@ -193,22 +227,30 @@ class DumbbellTopo(Topo):
         rate_mbps: float = 62.5,
         buffer_packets: float | None = None,
         shaper: str = "htb",
+        l2switch: int | str | bool = 0,
     ) -> None:
         hosts = int(hosts)
         if not 1 <= hosts <= MAX_HOSTS:
             refuse(f"hosts {hosts}: must be 1 to {MAX_HOSTS}")
+        if str(l2switch).lower() not in ("0", "1", "false", "true"):
+            refuse(f"l2switch {l2switch}: give 0 or 1")
+        with_switch = str(l2switch).lower() in ("1", "true")
         # Everything is checked before Mininet makes anything: a refusal then leaves nothing behind.
         check_delay("dumbbell", f"{rtt_ms / 2}ms")
         bdp = int(float(rate_mbps) * 1e6 / 8 * float(rtt_ms) / 1000)
         default = max(bdp, FRAME_BYTES) if buffer_packets is None else None
         buffer = check_bottleneck("dumbbell", rate_mbps, buffer_packets, default, shaper)
-        s1 = self.addHost("s1", cls=DumbbellRouter, ip=None)
+        router = self.addHost("g1" if with_switch else "s1", cls=DumbbellRouter, ip=None)
+        # failMode is Open vSwitch's; Mininet's other switch classes take and ignore it.
+        lan = self.addSwitch("s1", failMode="standalone") if with_switch else router
         for i in range(1, int(hosts) + 1):
             ip = f"{LAN_PREFIX}.{i >> 8}.{i & 255}/16"
             h = self.addHost(f"h{i}", ip=ip, defaultRoute=f"via {ROUTER_LAN_IP}")
-            self.addLink(h, s1, cls=AccessLink, delay=f"{rtt_ms / 2}ms")  # netem on both ends: RTT
+            self.addLink(h, lan, cls=AccessLink, delay=f"{rtt_ms / 2}ms")  # netem on both ends: RTT
+        if with_switch:
+            self.addLink(lan, router, cls=AccessLink)  # no delay; offloads off like every other port
         r1 = self.addHost("r1", ip=f"{RECEIVER_IP}/24", defaultRoute=f"via {WAN_ROUTER_IP}")
-        self.addLink(s1, r1, cls=BottleneckLink, bw=rate_mbps, buffer_bytes=buffer, shaper=shaper)
+        self.addLink(router, r1, cls=BottleneckLink, bw=rate_mbps, buffer_bytes=buffer, shaper=shaper)
 
 
 topos = {"dumbbell": DumbbellTopo}
