@@ -104,6 +104,10 @@ class MedianSearch:
         unsure = [b for b in {p.buffer_packets for p in self.probes} if self.decisive(b) == 0]
         return min([*unsure, answer]), max([*unsure, answer])
 
+    def latest_verdicts(self) -> dict[int, bool]:
+        """Each probed buffer's most recent verdict: a re-check that overturned a verdict wins."""
+        return {p.buffer_packets: p.passed for p in self.probes}
+
     def probe(self, packets: int, recheck: bool = False) -> bool:
         values = list(self.measure(packets * FRAME_BYTES, self.samples))
         if not values:
@@ -160,13 +164,23 @@ class MedianSearch:
             changed = False
             # The answer must pass again ...
             if not self.probe(hi, recheck=True):
-                passes_above = sorted(p.buffer_packets for p in self.probes if p.passed and p.buffer_packets > hi)
+                if hi == self.hi_packets:
+                    # Nothing above to fall back on: the answer would be a buffer that just failed.
+                    return self._result(
+                        hi,
+                        converged=False,
+                        note=f"the top of the search range, {hi} packets, missed the target when re-checked: "
+                        "the link's rate moved since calibration, or the target is within its noise",
+                    )
+                # Resume from the nearest buffer above that still passes: one that passed once and
+                # failed when probed again is no upper end (it would be answered unconfirmed).
+                passes_above = sorted(b for b, ok in self.latest_verdicts().items() if ok and b > hi)
                 new_hi = passes_above[0] if passes_above else self.hi_packets
                 lo, hi = self._bisect(hi, new_hi)
                 changed = True
             # ... and the lower end of the bracket must fail again.
             elif lo >= 1 and self.probe(lo, recheck=True):
-                fails_below = sorted(p.buffer_packets for p in self.probes if not p.passed and p.buffer_packets < lo)
+                fails_below = sorted(b for b, ok in self.latest_verdicts().items() if not ok and b < lo)
                 lo, hi = self._bisect(fails_below[-1] if fails_below else 0, lo)
                 changed = True
             answers.append(hi)

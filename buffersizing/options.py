@@ -32,7 +32,9 @@ def add_link_args(p: argparse.ArgumentParser, rate: float | None = 62.5, rtt: st
         default="htb",
         help="bottleneck shaper (default htb; pacing of both: bench/results/shaper-fidelity-routed.md)",
     )
-    p.add_argument("--burst-bytes", type=int, help="shaper burst in bytes (default: htb 1514, tbf 3028)")
+    p.add_argument(
+        "--burst-bytes", type=int, help="shaper burst in bytes (default: htb 2 ms of the rate, 1514 to 15140; tbf 3028)"
+    )
     p.add_argument(
         "--delay-backend",
         choices=DELAY_BACKENDS,

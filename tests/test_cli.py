@@ -62,9 +62,10 @@ def test_verify_measures_rtt_and_rate_of_the_paper_dumbbell(no_leftovers):
     assert abs(s["measured_rtt_ms"] - 87.0) <= 0.01 * 87 + 0.3, s
     assert s["rate_test_flows"] >= 8 and s["rate_test_warmup_seconds"] >= 2.0
     assert s["measured_rate_mbps"] <= 62.5 * 1.02, s  # the shaper never lets more through
-    # 0.85, not verify's 97 %: with HTB's one-frame burst a loaded 2-core machine loses a few % of C
-    # to late softirqs (a fresh-clone run read 94.5 % of its baseline; bench/results/htb-burst.md);
-    # that is verify's to report. The test still catches a wrong shaper rate or a lossy delay line.
+    # 0.85, not verify's 97 %: a loaded 2-core machine loses a few % of C to late softirqs (with the
+    # old one-frame HTB burst a fresh clone read 94.5 % of its baseline, CI 80 %;
+    # bench/results/htb-burst.md); that is verify's to report. The test still catches a wrong
+    # shaper rate or a lossy delay line.
     assert s["measured_rate_mbps"] >= 0.85 * base["measured_rate_mbps"], (s, base["measured_rate_mbps"])
     assert s["delayline_drops"] == 0
     assert s["ok"] == (s["rtt_ok"] and s["rate_ok"]) and code == (0 if s["ok"] else 1)

@@ -76,3 +76,20 @@ def test_buffer_packets_convert_to_full_frames():
         buffer_from_args(None, 0.5)
     with pytest.raises(UsageError, match="not both"):
         buffer_from_args(3000, 2)
+
+
+@pytest.mark.parametrize(
+    "rate,expected",
+    [(62.5, 10 * FRAME_BYTES), (200.0, 10 * FRAME_BYTES), (20.0, 5000), (5.0, FRAME_BYTES), (0.1, FRAME_BYTES)],
+)
+def test_htb_default_burst_is_two_ms_of_the_rate_within_one_to_ten_frames(rate, expected):
+    cfg = DumbbellConfig(rate_mbps=rate)
+    assert cfg.shaper_burst == expected
+    # At most 2 ms ahead of C at any rate above the one-frame floor.
+    assert cfg.shaper_burst <= max(FRAME_BYTES, rate * 1e6 / 8 * 0.002 + 1)
+
+
+def test_explicit_burst_tbf_and_pacer_defaults():
+    assert DumbbellConfig(burst_bytes=3028).shaper_burst == 3028
+    assert DumbbellConfig(shaper="tbf").shaper_burst == 2 * FRAME_BYTES
+    assert DumbbellConfig(pacer=True).shaper_burst == FRAME_BYTES

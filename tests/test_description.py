@@ -74,7 +74,8 @@ def test_qdiscs_netem_half_rtt_each_way_and_none_on_the_bottleneck():
     ]
     switch = jobs[PREFIX + "s1"]
     assert switch[0] == f"qdisc add dev {BOTTLENECK_DEV} root handle 1: htb default 1"
-    assert "classid 1:1 htb rate 62500000bit ceil 62500000bit burst 1514 cburst 1514" in switch[1]
+    # The default burst: 2 ms of 62.5 Mb/s is more than ten frames, so ten.
+    assert "classid 1:1 htb rate 62500000bit ceil 62500000bit burst 15140 cburst 15140" in switch[1]
     assert switch[2] == f"qdisc add dev {BOTTLENECK_DEV} parent 1:1 handle 10: bfifo limit {50 * FRAME_BYTES}"
     assert switch[3:] == [f"qdisc add dev s1-eth{i} root handle 1: netem delay {d}us limit 100000" for i, d in
                           ((1, 10000), (2, 20000), (3, 43500))]  # fmt: skip

@@ -98,6 +98,38 @@ def test_one_wrong_probe_is_caught_by_the_final_recheck():
     assert any(p.recheck for p in res.probes)
 
 
+def test_a_top_that_fails_its_recheck_is_not_answered_as_converged():
+    # Relative to a reference taken at the top, the top passes by definition, until a re-check there
+    # reads below the target (the link slowed since calibration): then no buffer is confirmed.
+    def measure(buffer_bytes: int, n: int) -> list[float]:
+        return [0.95] * n
+
+    res = MedianSearch(measure, target=0.99, hi_packets=100, assume_hi_passes=True, first_guess_packets=18).run()
+    assert res.buffer_packets == 100 and not res.converged
+    assert "top of the search range" in res.note
+    assert [p.buffer_packets for p in res.probes if p.recheck] == [100]
+
+
+def test_passes_overturned_by_rechecks_move_the_answer_up():
+    # 50 and 60 each pass once, then fail for good; the threshold is really 61. Each re-check that
+    # overturns a pass resumes the search above it, and the answer is a buffer that passed last.
+    seen: dict[int, int] = {}
+
+    def measure(buffer_bytes: int, n: int) -> list[float]:
+        b = buffer_bytes // FRAME_BYTES
+        seen[b] = seen.get(b, 0) + 1
+        if b == 50:
+            return [1.0 if seen[b] == 1 else 0.9] * n
+        if b == 60:
+            return [1.0 if seen[b] == 1 else 0.9] * n
+        return [1.0 if b >= 61 else 0.9] * n
+
+    res = MedianSearch(measure, target=0.99, hi_packets=100, assume_hi_passes=True, first_guess_packets=60).run()
+    last = {p.buffer_packets: p.passed for p in res.probes}
+    assert last[res.buffer_packets], [(p.buffer_packets, p.passed) for p in res.probes]
+    assert res.buffer_packets == 61 and seen[50] == 2 and seen[60] == 2
+
+
 def test_target_missed_even_at_the_top_is_reported_not_looped():
     link = SimLink(1000.0, noise=0.0)
     res = MedianSearch(link, target=0.999, hi_packets=10).run()

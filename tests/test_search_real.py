@@ -13,7 +13,9 @@ from conftest import BUFSIZE, bufsize
 
 from topologies import FRAME_BYTES
 
-FAST = ["--rate-mbps", "62.5", "--rtt-ms", "10", "--cc", "reno", "--settle-s", "1", "--sample-s", "0.5"]
+# 20 Mb/s: these tests check the search's logic on a real link, not the emulation's speed; at 62.5
+# Mb/s a loaded CI machine's shaper fell below the 90 % of C the search demands of its reference.
+FAST = ["--rate-mbps", "20", "--rtt-ms", "20", "--cc", "reno", "--settle-s", "1", "--sample-s", "0.5"]
 
 
 @pytest.mark.integration
@@ -21,7 +23,7 @@ def test_short_search_result_is_consistent_with_its_probes(no_leftovers, tmp_pat
     out = tmp_path / "search"
     res = bufsize(
         "search", "--flows", "8", "--hosts", "4", *FAST, "--samples", "3", "--resolution", "0.2",
-        "--fidelity-s", "1", "--out", str(out), "--json",
+        "--fidelity-s", "2", "--out", str(out), "--json",
     )  # fmt: skip
     assert res.returncode in (0, 3), res.stderr
     r = json.loads(res.stdout)
@@ -30,19 +32,24 @@ def test_short_search_result_is_consistent_with_its_probes(no_leftovers, tmp_pat
     answer = r["buffer_packets"]
     assert r["buffer_bytes"] == answer * FRAME_BYTES
     assert 1 <= answer <= r["calibration_buffer_packets"]
-    # BDP at 62.5 Mb/s and 10 ms: 51.6 frames; theory for 8 flows: BDP / sqrt(8).
-    assert r["bdp_packets"] == pytest.approx(51.6, abs=0.1)
-    assert r["theory_sqrt_n_packets"] == pytest.approx(51.6 / 8**0.5, abs=0.1)
-    assert 0.9 * 62.5 <= r["reference_rate_mbps"] <= 1.02 * 62.5
+    # BDP at 20 Mb/s and 20 ms: 33.0 frames; theory for 8 flows: BDP / sqrt(8).
+    assert r["bdp_packets"] == pytest.approx(33.0, abs=0.1)
+    assert r["theory_sqrt_n_packets"] == pytest.approx(33.0 / 8**0.5, abs=0.1)
+    assert 0.9 * 20 <= r["reference_rate_mbps"] <= 1.02 * 20
     assert r["flows_start"]["established"] == 8 and r["flows_start"]["congestion_controls_seen"] == {"reno": 8}
 
     probes = r["probes"]
     for p in probes:
         assert p["median"] == pytest.approx(statistics.median(p["samples"]))
         assert p["passed"] == (p["median"] >= r["target"])
-    # The answer passed when last probed; the lower end of the final bracket failed when last probed.
+    # The answer passed when last probed (or is the calibration buffer, which passes by definition,
+    # unless a re-check there failed: then the search says it did not converge); the lower end of
+    # the final bracket failed when last probed.
     last = {p["buffer_packets"]: p for p in probes}
-    assert last[answer]["passed"] if answer in last else answer == r["calibration_buffer_packets"]
+    if answer in last and not last[answer]["passed"]:
+        assert answer == r["calibration_buffer_packets"] and not r["converged"], r["note"]
+    else:
+        assert answer in last or answer == r["calibration_buffer_packets"]
     failing_below = [b for b, p in last.items() if b < answer and not p["passed"]]
     assert answer == 1 or failing_below, probes
     if failing_below:

@@ -30,7 +30,7 @@ def bytes_received_per_flow(net: Dumbbell) -> list[int]:
 
 
 @pytest.mark.integration
-def test_50_flows_over_10_hosts_establish_and_all_carry_data(no_leftovers):
+def test_50_flows_over_10_hosts_establish_and_all_carry_data(no_leftovers, zero_delay_rate_mbps):
     # The paper's link: a BDP of 449 packets plus as much buffer, ~18 packets per flow, so no flow
     # is starved into repeated timeouts (with ~1 packet per flow some legitimately would be).
     cfg = DumbbellConfig(hosts=10, rtt_ms=[87.0] * 10)
@@ -46,7 +46,9 @@ def test_50_flows_over_10_hosts_establish_and_all_carry_data(no_leftovers):
         per_flow = bytes_received_per_flow(net)
         assert len(per_flow) == 50
         assert min(per_flow) > 10_000, f"a flow carried almost nothing: {sorted(per_flow)[:5]}"
-        assert rate_mbps(a, b) > 0.9 * cfg.rate_mbps
+        # Against the same shaper without delay, measured in this session (a loaded CI machine's
+        # shaper carried 84 % of C even then).
+        assert rate_mbps(a, b) > 0.85 * zero_delay_rate_mbps, zero_delay_rate_mbps
         assert flows.congestion_controls() == {"reno": 50}
 
 

@@ -19,10 +19,31 @@ MAX_RATE_MBPS = 10_000.0
 MIN_RTT_MS = 0.002
 MAX_RTT_MS = 10_000.0
 SHAPERS = ("htb", "tbf")
-# Bytes the shaper may send ahead of its rate. HTB: one frame, so the link never runs faster than C
-# even after an idle spell; TBF needs two, with one it falls ~8% short of C on this kernel
-# (bench/results/shaper-fidelity.md).
-SHAPER_BURST = {"htb": FRAME_BYTES, "tbf": 2 * FRAME_BYTES}
+# Bytes the shaper may send ahead of its rate. HTB's tokens are capped at its burst, so a dequeue
+# that comes late by more than the burst's worth of time loses that capacity for good: with one frame
+# the loaded 2-core VM lost 2 to 18 % of C while the queue stayed full. The HTB default is 2 ms of
+# the rate, at most ten frames (ten frames from 60.6 Mb/s up, one frame at 6 Mb/s and below): in
+# alternating runs ten frames against one kept 1.000 against 0.898 of C at 20 flows, 0.994 against
+# 0.878 at 50 and 0.972 against 0.933 at 155 Mb/s (medians of 3); at 200 Mb/s and at 200 flows the
+# runs overlapped, and at 800 flows on a CPU-bound machine ten frames had the lower median (0.947
+# against 0.985, ranges overlapping): open in bench/results/htb-burst.md.
+# 2 ms bounds how far the link can run ahead of C at any rate (0.2 % of a 1 s sample). TBF needs two
+# frames; with one it falls ~8 % short of C on this kernel (bench/results/shaper-fidelity.md).
+HTB_BURST_S = 0.002
+HTB_MAX_BURST_FRAMES = 10
+SHAPER_BURST = {"htb": HTB_MAX_BURST_FRAMES * FRAME_BYTES, "tbf": 2 * FRAME_BYTES}  # the most each uses
+
+
+def default_burst_bytes(shaper: str, rate_mbps: float, pacer: bool = False) -> int:
+    """The shaper's burst when none is given (see SHAPER_BURST's comment for the evidence)."""
+    if shaper != "htb":
+        return SHAPER_BURST[shaper]
+    if pacer:
+        return FRAME_BYTES  # the pacer releases each frame when due; it was measured with one frame
+    two_ms = round(rate_mbps * 1e6 / 8 * HTB_BURST_S)
+    return min(max(two_ms, FRAME_BYTES), HTB_MAX_BURST_FRAMES * FRAME_BYTES)
+
+
 DELAY_BACKENDS = ("auto", "netem", "delayline")
 # The delay line's pacer (topologies/delay.py): it kicks HTB when each frame is due instead of
 # leaving every release to HTB's late, jittery watchdog timer. Only with HTB and the delay line.
@@ -82,12 +103,14 @@ class DumbbellConfig:
     delay_backend: str = "auto"
     cc: str = "reno"
     access_mbps: float = 1000.0  # 0 leaves the access links unshaped
-    burst_bytes: int | None = None  # None: the shaper's default, SHAPER_BURST
+    burst_bytes: int | None = None  # None: the shaper's default, default_burst_bytes()
     pacer: bool = PACER_DEFAULT  # takes effect with shaper htb and the delay line (DumbbellPlan.pacing)
 
     @property
     def shaper_burst(self) -> int:
-        return self.burst_bytes if self.burst_bytes is not None else SHAPER_BURST[self.shaper]
+        if self.burst_bytes is not None:
+            return self.burst_bytes
+        return default_burst_bytes(self.shaper, self.rate_mbps, self.pacer)
 
     def validate(self) -> None:
         if not isinstance(self.hosts, int) or not 1 <= self.hosts <= MAX_HOSTS:

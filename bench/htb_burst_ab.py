@@ -1,0 +1,122 @@
+"""HTB's burst side by side: one frame against ten, at several flow counts and link rates.
+
+Each configuration runs `bufsize measure` with each burst in turn, alternating, so slow drifts of
+the machine fall on both. The reference rate (at 2 BDP, the same shaper) is what the shaper can
+carry under that load; utilization is the mean rate against it; `mean/C` is against the nominal
+rate. gt10 / gt25: busy inter-departure gaps more than 10 % / 25 % off the ideal frame time.
+Resumable: each finished run is a line in the JSONL file and is not repeated.
+
+    .venv/bin/python bench/htb_burst_ab.py --runs 3 --out bench/results/htb-burst-sweep.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BUFSIZE = str(REPO / ".venv" / "bin" / "bufsize")
+CONFIGS: dict[str, list[str]] = {
+    "n50": ["--flows", "50", "--hosts", "50", "--cc", "cubic", "--buffer-packets", "464"],
+    "n20": ["--flows", "20", "--hosts", "20", "--cc", "cubic", "--buffer-packets", "100"],
+    "n200": ["--flows", "200", "--hosts", "100", "--cc", "cubic", "--buffer-packets", "50"],
+    "n800": ["--flows", "800", "--hosts", "400", "--cc", "reno", "--buffer-packets", "449"],
+    "155mbps": ["--rate-mbps", "155", "--flows", "50", "--hosts", "50", "--cc", "cubic", "--buffer-packets", "300"],
+    "200mbps": ["--rate-mbps", "200", "--flows", "50", "--hosts", "50", "--cc", "cubic", "--buffer-packets", "400"],
+}
+BURSTS = [1514, 15140]
+
+
+def one_run(name: str, burst: int, duration: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bsz-burst-") as tmp:
+        args = [BUFSIZE, "measure", *CONFIGS[name], "--rtt-ms", "87", "--duration", str(duration),
+                "--burst-bytes", str(burst), "--out", tmp, "--force", "--json"]  # fmt: skip
+        t0 = time.monotonic()
+        res = subprocess.run(args, capture_output=True, text=True)
+        wall = time.monotonic() - t0
+        if res.returncode not in (0, 3):
+            return {"config": name, "burst": burst, "error": res.stderr.strip()[-400:], "wall_s": round(wall, 1)}
+        d = json.loads(res.stdout)
+    p, f = d["points"][0], d["fidelity"]
+    rate = d["nominal_rate_mbps"]
+    mean = statistics.mean(p["rates_mbps"])
+    return {
+        "config": name, "burst": burst, "util": d["utilization"], "ref": d["reference_rate_mbps"],
+        "mean_mbps": round(mean, 2), "mean_over_c": round(mean / rate, 4),
+        "min_sec": min(p["rates_mbps"]), "empty": d["queue"]["empty_fraction"], "qmean": d["queue"]["mean_packets"],
+        "gt10": f.get("frac_gt10"), "gt25": f.get("frac_gt25"), "idle": p["cpu"]["idle"],
+        "loadavg": os.getloadavg()[0], "wall_s": round(wall, 1),
+    }  # fmt: skip
+
+
+def med_range(xs: list[float], fmt: str = "{:.3f}") -> str:
+    if not xs:
+        return "-"
+    return f"{fmt.format(statistics.median(xs))} [{fmt.format(min(xs))}..{fmt.format(max(xs))}]"
+
+
+def report(rows: list[dict]) -> str:
+    """Markdown: per configuration and burst, median [range] over the runs."""
+    lines = [
+        "| config | burst B | runs | mean rate / C | reference / C | slowest 1 s, Mb/s | gt10 | gt25 | CPU idle |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name in dict.fromkeys(r["config"] for r in rows):
+        for burst in BURSTS:
+            rs = [r for r in rows if r["config"] == name and r["burst"] == burst and "error" not in r]
+            if not rs:
+                continue
+            c = rs[0]["mean_mbps"] / rs[0]["mean_over_c"]
+            cells = [
+                med_range([r["mean_over_c"] for r in rs]),
+                med_range([r["ref"] / c for r in rs]),
+                med_range([r["min_sec"] for r in rs], "{:.1f}"),
+                med_range([r["gt10"] for r in rs]),
+                med_range([r["gt25"] for r in rs]),
+                med_range([r["idle"] for r in rs], "{:.2f}"),
+            ]
+            lines.append(f"| {name} | {burst} | {len(rs)} | " + " | ".join(cells) + " |")
+    errors = [r for r in rows if "error" in r]
+    if errors:
+        lines.append(f"\n{len(errors)} runs failed: " + "; ".join(f"{r['config']}/{r['burst']}" for r in errors))
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--duration", type=float, default=20)
+    ap.add_argument("--configs", default=",".join(c for c in CONFIGS if c != "n50"))
+    ap.add_argument("--out", default="bench/results/htb-burst-sweep.jsonl")
+    ap.add_argument("--report", action="store_true", help="print the table of what --out holds and exit")
+    a = ap.parse_args()
+    if a.report:
+        print(report([json.loads(line) for line in Path(a.out).read_text().splitlines()]))
+        return 0
+    if os.geteuid() != 0:
+        sys.exit("run as root")
+    out = Path(a.out)
+    done = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+    seen = {(r["config"], r["burst"], r["run"]) for r in done}
+    for run in range(1, a.runs + 1):
+        for name in a.configs.split(","):
+            # Alternate which burst goes first so neither always runs on a machine warmed by the other.
+            for burst in BURSTS if run % 2 else BURSTS[::-1]:
+                if (name, burst, run) in seen:
+                    continue
+                row = {"run": run, **one_run(name, burst, a.duration)}
+                with out.open("a") as fh:
+                    fh.write(json.dumps(row) + "\n")
+                print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
