@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from topologies import mn_dumbbell as m
@@ -57,3 +59,10 @@ def test_topo_shape_with_and_without_mininets_switch(l2switch, switches, router)
     assert set(t.hosts()) == {"h1", "h2", "h3", "r1", router}
     bottleneck = [(a, b) for a, b, info in t.links(withInfo=True) if info.get("cls") is m.BottleneckLink]
     assert sorted(bottleneck[0]) == sorted((router, "r1")) and len(bottleneck) == 1
+
+
+@pytest.mark.parametrize("param", [{"max_queue_size": 100}, {"bw": 10}, {"loss": 1}])
+def test_access_link_refuses_what_only_tclink_would_do(param):
+    # Refused before any interface exists, so the nodes are never touched.
+    with pytest.raises(UsageError, match=f"AccessLink takes only delay, not {next(iter(param))}"):
+        m.AccessLink(SimpleNamespace(name="h1"), SimpleNamespace(name="s1"), delay=0, **param)  # type: ignore[arg-type]

@@ -153,11 +153,24 @@ class ToolkitIntf(TCIntf):
         return r
 
 
+# TCLink's shaping and impairment parameters: an AccessLink carries delay only, so one of these would
+# otherwise pass through to the interfaces and be dropped without a word.
+TCLINK_ONLY = ("bw", "jitter", "loss", "max_queue_size", "speedup", "use_hfsc", "use_tbf", "latency_ms",
+               "enable_ecn", "enable_red")  # fmt: skip
+
+
 class AccessLink(Link):
     """A link with propagation delay from netem on both ends; refused where the kernel has no netem."""
 
     def __init__(self, node1: Node, node2: Node, delay: Any = 0, **params: Any) -> None:
-        ms = check_delay(f"link {node1.name}-{node2.name}", delay)
+        where = f"link {node1.name}-{node2.name}"
+        unused = [k for k in TCLINK_ONLY if params.get(k) not in (None, False, 0)]
+        if unused:
+            refuse(
+                f"{where}: AccessLink takes only delay, not {', '.join(unused)}; the rate and the queue limit "
+                "belong to BottleneckLink (bw, max_queue_size), the only shaped egress of the dumbbell"
+            )
+        ms = check_delay(where, delay)
         p1, p2 = dict(params.pop("params1", None) or {}), dict(params.pop("params2", None) or {})
         p1["delay_ms"] = p2["delay_ms"] = ms
         params["intf"] = ToolkitIntf  # Mininet.addLink passes its default intf class; ours replaces it
