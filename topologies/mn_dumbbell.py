@@ -39,7 +39,7 @@ from mininet.node import Node  # noqa: E402
 from mininet.topo import Topo  # noqa: E402
 
 from topologies import FRAME_BYTES  # noqa: E402
-from topologies.config import MAX_HOSTS, SHAPER_BURST, default_burst_bytes  # noqa: E402
+from topologies.config import MAX_HOSTS, SHAPERS, default_burst_bytes  # noqa: E402
 from topologies.delay import NETEM_LIMIT  # noqa: E402
 from topologies.description import OFFLOADS_OFF  # noqa: E402
 from topologies.errors import MachineError, UsageError  # noqa: E402
@@ -112,8 +112,8 @@ def check_bottleneck(
             f"{where}: delay {delay} on the bottleneck link: put propagation delay on the access links "
             "(AccessLink), so the bfifo is the only queue on the bottleneck egress"
         )
-    if shaper not in SHAPER_BURST:
-        refuse(f"shaper {shaper}: must be one of {', '.join(SHAPER_BURST)}")
+    if shaper not in SHAPERS:
+        refuse(f"shaper {shaper}: must be one of {', '.join(SHAPERS)}")
     if not (isinstance(bw, (int, float)) and 0 < bw <= 100_000):
         refuse(f"bw {bw}: must be a rate in Mb/s above 0")
     if buffer_bytes is None and max_queue_size is None:
@@ -142,8 +142,7 @@ class ToolkitIntf(TCIntf):
         if bottleneck:
             # Built from scratch each time: nothing at first, whatever OVS left on re-application.
             self.node.popen(["tc", "qdisc", "del", "dev", self.name, "root"], stderr=subprocess.DEVNULL).wait()
-            lines = build_commands(self.name, *bottleneck)
-            node_run(self.node, ["tc", "-batch", "-"], stdin="".join(line.rstrip("\n") + "\n" for line in lines))
+            node_run(self.node, ["tc", "-batch", "-"], stdin="".join(build_commands(self.name, *bottleneck)))
         elif delay_ms > 0:
             node_run(
                 self.node,
@@ -212,7 +211,7 @@ class DumbbellRouter(Node):
         wan = next((i for i in self.intfList() if isinstance(getattr(i, "link", None), BottleneckLink)), None)
         if wan is None:
             raise MachineError(f"{self.name}: no BottleneckLink among its links; the router routes toward one")
-        for intf in (i for i in self.intfList() if i is not wan and i.name != "lo"):
+        for intf in (i for i in self.intfList() if i is not wan):
             node_run(self, ["ip", "link", "set", intf.name, "master", "br0"])
         node_run(self, ["ip", "addr", "add", f"{ROUTER_LAN_IP}/16", "dev", "br0"])
         node_run(self, ["ip", "link", "set", "br0", "up"])
