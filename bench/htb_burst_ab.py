@@ -34,26 +34,31 @@ CONFIGS: dict[str, list[str]] = {
 BURSTS = [1514, 15140]
 
 
-def one_run(name: str, burst: int, duration: float) -> dict:
-    with tempfile.TemporaryDirectory(prefix="bsz-burst-") as tmp:
-        args = [BUFSIZE, "measure", *CONFIGS[name], "--rtt-ms", "87", "--duration", str(duration),
-                "--burst-bytes", str(burst), "--out", tmp, "--force", "--json"]  # fmt: skip
+def measure_run(config: str, extra: list[str], duration: float) -> dict:
+    """One `bufsize measure` of CONFIGS[config] with extra options; its figures, or the error."""
+    with tempfile.TemporaryDirectory(prefix="bsz-ab-") as tmp:
+        args = [BUFSIZE, "measure", *CONFIGS[config], "--rtt-ms", "87", "--duration", str(duration),
+                *extra, "--out", tmp, "--force", "--json"]  # fmt: skip
         t0 = time.monotonic()
         res = subprocess.run(args, capture_output=True, text=True)
         wall = time.monotonic() - t0
         if res.returncode not in (0, 3):
-            return {"config": name, "burst": burst, "error": res.stderr.strip()[-400:], "wall_s": round(wall, 1)}
+            return {"config": config, "error": res.stderr.strip()[-400:], "wall_s": round(wall, 1)}
         d = json.loads(res.stdout)
     p, f = d["points"][0], d["fidelity"]
     rate = d["nominal_rate_mbps"]
     mean = statistics.mean(p["rates_mbps"])
     return {
-        "config": name, "burst": burst, "util": d["utilization"], "ref": d["reference_rate_mbps"],
+        "config": config, "util": d["utilization"], "ref": d["reference_rate_mbps"],
         "mean_mbps": round(mean, 2), "mean_over_c": round(mean / rate, 4),
         "min_sec": min(p["rates_mbps"]), "empty": d["queue"]["empty_fraction"], "qmean": d["queue"]["mean_packets"],
         "gt10": f.get("frac_gt10"), "gt25": f.get("frac_gt25"), "idle": p["cpu"]["idle"],
-        "loadavg": os.getloadavg()[0], "wall_s": round(wall, 1),
+        "valid": d["valid"], "loadavg": os.getloadavg()[0], "wall_s": round(wall, 1),
     }  # fmt: skip
+
+
+def one_run(name: str, burst: int, duration: float) -> dict:
+    return {"burst": burst, **measure_run(name, ["--burst-bytes", str(burst)], duration)}
 
 
 def med_range(xs: list[float], fmt: str = "{:.3f}") -> str:

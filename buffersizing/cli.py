@@ -67,7 +67,7 @@ def cmd_verify(a: argparse.Namespace) -> int:
     out = result_dir(a, "verify.json")
     if not a.json:
         print(f"building a dumbbell of {cfg.hosts} hosts and measuring it ...", file=sys.stderr)
-    s = run_verify(cfg, delay_backend(cfg.delay_backend), a.duration, rate_test=not a.no_rate, out=out)
+    s = run_verify(cfg, cfg.backend(), a.duration, rate_test=not a.no_rate, out=out)
     print(json.dumps(s, indent=1) if a.json else format_summary(s))
     return 0 if s["ok"] else 1
 
@@ -80,7 +80,7 @@ def cmd_flows(a: argparse.Namespace) -> int:
     split_flows(a.flows, cfg.hosts)
     check_duration(a.duration)
     require_root()
-    s = run_flows(cfg, delay_backend(cfg.delay_backend), a.flows, a.tool, a.duration, quiet_if(a.json) or stderr_say)
+    s = run_flows(cfg, cfg.backend(), a.flows, a.tool, a.duration, quiet_if(a.json) or stderr_say)
     print(json.dumps(s, indent=1) if a.json else format_flows(s, a.duration))
     return 0
 
@@ -100,7 +100,7 @@ def cmd_search(a: argparse.Namespace) -> int:
         return print(json.dumps(resolved_config(cfg, opts))) or 0
     require_root()
     out = result_dir(a)
-    result = run_search(cfg, delay_backend(cfg.delay_backend), opts, out, log=quiet_if(a.json))
+    result = run_search(cfg, cfg.backend(), opts, out, log=quiet_if(a.json))
     if a.json:
         print(json.dumps(result, indent=1))
     elif out is not None:
@@ -124,7 +124,7 @@ def cmd_measure(a: argparse.Namespace) -> int:
     require_root()
     out = result_dir(a)
     assert cfg.buffer_bytes is not None
-    result = run_measure(cfg, delay_backend(cfg.delay_backend), [cfg.buffer_bytes], opts, out, log=quiet_if(a.json))
+    result = run_measure(cfg, cfg.backend(), [cfg.buffer_bytes], opts, out, log=quiet_if(a.json))
     print(json.dumps(result, indent=1) if a.json else format_measure(result, out))
     return 0 if result["valid"] else 3
 
@@ -139,7 +139,7 @@ def cmd_util_table(a: argparse.Namespace) -> int:
     opts = {n: measure_options(a, n, configs[n]) for n in flows}
     require_root()
     out = check_out_dir(a.out)  # before the backend probe builds its namespace
-    backend = delay_backend(a.delay_backend)
+    backend = delay_backend(a.delay_backend, a.shaper)
     paths = run_util_table(out, flows, multiples, a.hosts, configs.get, opts.get, backend, stderr_say)
     for path in paths:
         print(f"wrote {path}")
@@ -164,7 +164,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     spec = make_spec(a.preset, flows, overrides, search)
     out = check_out_dir(a.out)
     require_root()
-    res = run_sweep(out, spec, delay_backend(spec.delay_backend))
+    res = run_sweep(out, spec, delay_backend(spec.delay_backend, spec.shaper))
     if res["finished"]:
         for path in make_report(out):
             print(f"wrote {path}")

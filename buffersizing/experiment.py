@@ -73,7 +73,8 @@ class Experiment:
         say: Say | None = None,
         require_recorder: bool = False,
     ) -> None:
-        self.cfg, self.backend, self.kind, self.out = cfg, backend, kind, out
+        # The shaper resolved for the backend, so results name the one that ran, not auto.
+        self.cfg, self.backend, self.kind, self.out = cfg.for_backend(backend), backend, kind, out
         self.say: Say = say or stderr_say
         self.require_recorder = require_recorder
         self.net: Dumbbell | None = None

@@ -11,7 +11,7 @@ import argparse
 import math
 
 from topologies import FRAME_BYTES
-from topologies.config import DELAY_BACKENDS, MAX_HOSTS, PACER_DEFAULT, SHAPERS, DumbbellConfig, parse_rtts
+from topologies.config import DELAY_BACKENDS, MAX_HOSTS, PACER_DEFAULT, SHAPER_CHOICES, DumbbellConfig, parse_rtts
 from topologies.errors import UsageError
 from topologies.units import MAX_BUFFER_BYTES, packets_to_bytes
 
@@ -28,12 +28,16 @@ def add_link_args(p: argparse.ArgumentParser, rate: float | None = 62.5, rtt: st
     p.add_argument("--cc", default=cc, help=f"TCP congestion control on every host (default {cc or 'reno'})")
     p.add_argument(
         "--shaper",
-        choices=SHAPERS,
-        default="htb",
-        help="bottleneck shaper (default htb; pacing of both: bench/results/shaper-fidelity-routed.md)",
+        choices=SHAPER_CHOICES,
+        default="auto",
+        help="bottleneck: htb or tbf on the switch's port, or line, the delay line's own queue and clock"
+        " (paces within a few us; needs the delay line, takes a CPU while busy); auto (default): line"
+        " where the delay line runs on 2 or more CPUs, else htb (bench/results/shaper-ab.md)",
     )
     p.add_argument(
-        "--burst-bytes", type=int, help="shaper burst in bytes (default: htb 2 ms of the rate, 1514 to 15140; tbf 3028)"
+        "--burst-bytes",
+        type=int,
+        help="shaper burst in bytes (default: htb 2 ms of the rate, 1514 to 15140; tbf and line 3028)",
     )
     p.add_argument(
         "--delay-backend",

@@ -12,7 +12,7 @@ from buffersizing.resultdir import check_out_dir, read_finished
 from buffersizing.sweep import SweepSpec, finished, make_spec, run_sweep
 from buffersizing.verify import format_summary, run_verify
 from topologies.config import DumbbellConfig
-from topologies.machine import delay_backend, format_report, probe
+from topologies.machine import format_report, probe
 
 
 def quick_spec() -> SweepSpec:
@@ -48,7 +48,7 @@ def run_quick(given: str | Path) -> int:
     if caps.problems:
         return 1
     cfg = DumbbellConfig(hosts=2, rtt_ms=[87.0, 87.0], cc=spec.cc)
-    backend = delay_backend(cfg.delay_backend)
+    backend = cfg.backend()
     print(f"\n== verify: {cfg.hosts} hosts, RTT 87 ms, {cfg.rate_mbps:g} Mb/s")
     s = run_verify(cfg, backend, duration=5.0, out=out)
     print(format_summary(s))

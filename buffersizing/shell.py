@@ -19,7 +19,7 @@ from topologies.config import DumbbellConfig
 from topologies.counters import rate_mbps
 from topologies.dumbbell import Dumbbell
 from topologies.errors import UsageError
-from topologies.machine import delay_backend, require_root
+from topologies.machine import require_root
 from topologies.mininet_adapter import import_mininet, make_view
 from topologies.units import MAX_BUFFER_BYTES, bytes_to_packets, check_number, packets_to_bytes
 
@@ -118,9 +118,10 @@ def run_shell(cfg: DumbbellConfig, backend: str, stdin: TextIO = sys.stdin) -> i
     cli_class = make_cli_class()  # Mininet missing: a MachineError before anything is built
     print(f"building a dumbbell of {cfg.hosts} hosts ({backend} delay) ...", file=sys.stderr, flush=True)
     with Dumbbell(cfg, backend) as net, make_view(net) as view:
+        where = "d1" if net.bottleneck.ns == net.delay_ns else "s1"  # the line shaper is the delay line's
         print(
-            f"nodes: {' '.join(view.keys())}; the bottleneck is s1's {net.bottleneck.dev} "
-            f"({cfg.rate_mbps:g} Mb/s {cfg.shaper}, buffer {net.buffer_bytes} B); 'help' lists commands",
+            f"nodes: {' '.join(view.keys())}; the bottleneck is {where}'s {net.bottleneck.dev} "
+            f"({cfg.rate_mbps:g} Mb/s {net.cfg.shaper}, buffer {net.buffer_bytes} B); 'help' lists commands",
             flush=True,
         )
         cli_class(view, stdin=stdin)
@@ -130,4 +131,4 @@ def run_shell(cfg: DumbbellConfig, backend: str, stdin: TextIO = sys.stdin) -> i
 def run_from_args(a: argparse.Namespace) -> int:
     cfg = options.config_from_args(a)
     require_root()
-    return run_shell(cfg, delay_backend(cfg.delay_backend))
+    return run_shell(cfg, cfg.backend())

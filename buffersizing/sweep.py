@@ -24,7 +24,7 @@ from buffersizing.presets import preset
 from buffersizing.resultdir import check_out_dir, read_finished, write_json_atomic
 from buffersizing.search import SearchOptions, run_search
 from buffersizing.traffic import MAX_FLOWS
-from topologies.config import PACER_DEFAULT, DumbbellConfig, parse_rtts
+from topologies.config import PACER_DEFAULT, DumbbellConfig, parse_rtts, resolve_shaper
 from topologies.errors import UsageError
 
 
@@ -104,7 +104,7 @@ SEARCH_DEFAULTS = {
     "tool": "iperf",
     "fidelity_s": 2.0,
 }
-LINK_DEFAULTS = {"shaper": "htb", "burst_bytes": None, "delay_backend": "auto", "access_mbps": 1000.0}
+LINK_DEFAULTS = {"shaper": "auto", "burst_bytes": None, "delay_backend": "auto", "access_mbps": 1000.0}
 
 
 def make_spec(preset_name: str | None, flows: list[int] | None, overrides: dict, search: dict) -> SweepSpec:
@@ -167,7 +167,8 @@ def open_sweep(out: Path, spec: SweepSpec, backend: str) -> None:
                 "re-run the same command to resume it, or choose another --out"
             )
         return
-    write_json_atomic(path, {"spec": spec.to_dict(), "machine": machine_manifest(backend, spec.cc, spec.shaper)})
+    machine = machine_manifest(backend, spec.cc, resolve_shaper(spec.shaper, backend))
+    write_json_atomic(path, {"spec": spec.to_dict(), "machine": machine})
 
 
 def run_sweep(out: Path, spec: SweepSpec, backend: str, log: Callable[[str], None] | None = None) -> dict:

@@ -205,6 +205,7 @@ def run_verify(
         pings = measure_rtts(ex.net)
         rate = measure_rate(ex.net, duration=duration) if rate_test else None
         summary = summarize(ex.net, pings, rate) | {"leftovers_of_dead_runs": ex.leftovers}
+        cfg = ex.cfg  # the shaper resolved (auto names the one that ran)
     summary["build_seconds"] = round(built, 2)
     summary["wall_seconds"] = round(time.monotonic() - t0, 2)
     if out is not None:

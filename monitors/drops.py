@@ -45,6 +45,7 @@ def namespace_drops(ns: str) -> dict[str, int]:
 class DropSnapshot:
     counters: dict[str, int]
     delayline: int
+    bottleneck: int  # the buffer's own drops (a qdisc counter, or the line shaper's)
 
 
 @dataclass
@@ -74,7 +75,8 @@ class DropMonitor(Monitor[DropSummary]):
         counters: dict[str, int] = {}
         for ns in self.net.namespaces:
             counters.update(namespace_drops(ns))
-        return DropSnapshot(counters, self.net.delayline.drops() if self.net.delayline else 0)
+        delayline = self.net.delayline.drops() if self.net.delayline else 0
+        return DropSnapshot(counters, delayline, self.net.bottleneck.leaf_drops())
 
     def _begin(self) -> None:
         self.first = self.snapshot()
@@ -86,7 +88,6 @@ class DropMonitor(Monitor[DropSummary]):
         bn = self.net.bottleneck
         prefix = f"{_short(bn.ns)}/{bn.dev}/"
         own = {prefix + label for label in bn.own_drop_labels()}
-        leaf = prefix + bn.qdisc_label(bn.leaf_handle, "bfifo")
         outside: dict[str, int] = {}
         for key, v in b.counters.items():
             d = v - a.counters.get(key, 0)
@@ -94,4 +95,4 @@ class DropMonitor(Monitor[DropSummary]):
                 outside[key] = d
         if b.delayline - a.delayline:
             outside["delay line"] = b.delayline - a.delayline
-        return DropSummary(b.counters.get(leaf, 0) - a.counters.get(leaf, 0), outside)
+        return DropSummary(b.bottleneck - a.bottleneck, outside)

@@ -157,7 +157,7 @@ def in_process(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(cli, "require_root", tripwire)
     monkeypatch.setattr(cli, "delay_backend", tripwire)
     monkeypatch.setattr(shell, "require_root", tripwire)
-    monkeypatch.setattr(shell, "delay_backend", tripwire)
+    monkeypatch.setattr("topologies.config.delay_backend", tripwire)  # DumbbellConfig.backend()
     monkeypatch.setattr("topologies.machine.qdisc_support", tripwire)
     monkeypatch.setattr(cli.signal, "signal", lambda *a: None)  # main's handlers are for a whole process
     monkeypatch.chdir(tmp_path)  # plot's 'nan', 'inf', ... are paths relative to here

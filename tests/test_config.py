@@ -6,7 +6,7 @@ import pytest
 
 from buffersizing.options import buffer_from_args
 from topologies import FRAME_BYTES
-from topologies.config import DumbbellConfig, parse_rtts
+from topologies.config import DumbbellConfig, parse_rtts, resolve_shaper
 from topologies.errors import UsageError
 
 
@@ -83,7 +83,7 @@ def test_buffer_packets_convert_to_full_frames():
     [(62.5, 10 * FRAME_BYTES), (200.0, 10 * FRAME_BYTES), (20.0, 5000), (5.0, FRAME_BYTES), (0.1, FRAME_BYTES)],
 )
 def test_htb_default_burst_is_two_ms_of_the_rate_within_one_to_ten_frames(rate, expected):
-    cfg = DumbbellConfig(rate_mbps=rate)
+    cfg = DumbbellConfig(rate_mbps=rate, shaper="htb")
     assert cfg.shaper_burst == expected
     # At most 2 ms ahead of C at any rate above the one-frame floor.
     assert cfg.shaper_burst <= max(FRAME_BYTES, rate * 1e6 / 8 * 0.002 + 1)
@@ -92,4 +92,28 @@ def test_htb_default_burst_is_two_ms_of_the_rate_within_one_to_ten_frames(rate, 
 def test_explicit_burst_tbf_and_pacer_defaults():
     assert DumbbellConfig(burst_bytes=3028).shaper_burst == 3028
     assert DumbbellConfig(shaper="tbf").shaper_burst == 2 * FRAME_BYTES
-    assert DumbbellConfig(pacer=True).shaper_burst == FRAME_BYTES
+    assert DumbbellConfig(shaper="htb", pacer=True).shaper_burst == FRAME_BYTES
+    with pytest.raises(ValueError, match="resolve auto first"):
+        _ = DumbbellConfig(shaper="auto").shaper_burst
+
+
+@pytest.mark.parametrize(
+    "requested,backend,cpus,expected",
+    [
+        ("auto", "delayline", 2, "line"),
+        ("auto", "delayline", 1, "htb"),  # one CPU: the line's spinning would starve the senders
+        ("auto", "netem", 8, "htb"),  # no delay line under netem
+        ("tbf", "delayline", 2, "tbf"),
+        ("htb", "delayline", 2, "htb"),
+        ("line", "delayline", 1, "line"),  # asked for by name: honoured
+    ],
+)
+def test_auto_shaper_resolution(requested, backend, cpus, expected):
+    assert resolve_shaper(requested, backend, cpus) == expected
+
+
+def test_for_backend_resolves_and_refuses_the_line_under_netem():
+    assert DumbbellConfig(shaper="tbf").for_backend("delayline").shaper == "tbf"
+    assert DumbbellConfig(shaper="auto").for_backend("netem").shaper == "htb"
+    with pytest.raises(UsageError, match="delay-backend delayline"):
+        DumbbellConfig(shaper="line").for_backend("netem")

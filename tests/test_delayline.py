@@ -7,12 +7,14 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from topologies import netns
 from topologies.delay import HELPER
+from topologies.line import LineStatus
 from topologies.wire import Wire
 
 pytestmark = pytest.mark.integration
@@ -128,10 +130,70 @@ def test_bad_arguments_exit_2(wire):
 @pytest.mark.parametrize(
     "bad",
     [["-k", "3"], ["-R", "62500000"], ["-k", "3x", "-R", "1e6"], ["-k", "3", "-R", "fast"], ["-k", "3", "-R", "inf"],
-     ["-c", "-1"], ["-c", "2x"]],
+     ["-c", "-1"], ["-c", "2x"], ["-L", "15140", "-R", "1e7"], ["-L", "15140", "-q", "/nonexistent/x"],
+     ["-L", "10", "-R", "1e7", "-q", "/tmp/bsz-never-made"], ["-L", "15140", "-R", "1e7", "-k", "3", "-q", "/tmp/x"]],
 )  # fmt: skip
 def test_pacer_options_are_checked(wire, bad):
-    """-k and -R come together, and neither takes a number it cannot read whole (as the map's delays)."""
+    """-k or -L come with -R, -L with -q and not with -k, and no option takes a number it cannot read whole."""
     argv = [str(HELPER), "-a", "da", "-b", "db", *bad]
     res = subprocess.run(netns.in_ns(wire["d"], argv), capture_output=True, text=True, timeout=10)
     assert res.returncode == 2 and "usage" in res.stderr, res.stderr
+
+
+def test_line_shaper_queue_rate_limit_and_counters(wire):
+    """-L: the delay line is the bottleneck. Under an offered load of about twice its rate it never
+    sends faster than the rate, holds no more than its byte limit, takes a new limit in place, keeps
+    order, and accounts for every frame it read (queued, sent or dropped)."""
+    status_path = wire["dir"] / "line-status"
+    rate, limit, frame = 10e6, 20 * 1042, 1042  # udp_seq datagrams: 1004 B of payload + UDP/IP/Ethernet
+    p, stats = start(wire, "-L", str(limit), "-R", str(int(rate)), "-q", str(status_path), "-w", "1000")
+    rx = subprocess.Popen(
+        netns.in_ns(wire["b"], [sys.executable, UDP, "recv", "10.9.0.2", "9002", "100000", "2"]),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    status = LineStatus(status_path)
+    tx = None
+    try:
+        assert rx.stdout.readline().strip() == "listening"
+        tx = subprocess.Popen(
+            netns.in_ns(wire["a"], [sys.executable, UDP, "send", "10.9.0.2", "9002", "6000", "0.0002"])
+        )
+        time.sleep(0.5)
+        a = status.read()
+        t_a = time.monotonic()
+        backlogs = []
+        while time.monotonic() - t_a < 1.0:
+            backlogs.append(status.read()["backlog_bytes"])
+            time.sleep(0.005)
+        b = status.read()
+        t_b = time.monotonic()
+        assert tx.poll() is None, "the sender finished before the rate was measured: offer more"
+        sent_rate = (b["sent_bytes"] - a["sent_bytes"]) * 8 / (t_b - t_a)
+        # Never faster than the rate (the time between reads is known to a few ms of 1 s); slower
+        # only by what a loaded machine stalls it, far less than this.
+        assert 0.7 * rate < sent_rate < 1.03 * rate, sent_rate
+        assert max(backlogs) <= limit and max(backlogs) >= limit - 2 * frame, "the queue was not held full"
+        assert b["drops"] > a["drops"], "twice the rate offered to a full queue must drop"
+        status.set_limit(5 * frame)
+        time.sleep(0.2)
+        after = [status.read() for _ in range(20)]
+        assert all(s["limit_bytes"] == 5 * frame and s["backlog_bytes"] <= 5 * frame for s in after)
+        tx.wait(timeout=60)
+        got = [int(x) for x in rx.communicate(timeout=30)[0].split()]
+    finally:
+        for proc in (tx, rx):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        final = status.read()
+        status.close()
+        s = stop(p, stats)
+    assert got == sorted(got), "the line reordered frames"
+    fwd = s["forward"]
+    # Every frame read went into the line (queued) or was dropped by it; everything queued left.
+    assert fwd["rx_frames"] == final["enq_frames"] + final["drops"]
+    assert final["backlog_frames"] == 0 and final["sent_frames"] == final["enq_frames"]
+    assert fwd["tx_frames"] == final["sent_frames"]
+    assert 0 <= fwd["tx_frames"] - len(got) <= 3  # ARP may add a frame or two
+    assert s["line"]["drops"] == final["drops"]

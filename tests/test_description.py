@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
-from topologies import FRAME_BYTES
+from topologies import FRAME_BYTES, line
 from topologies.config import DumbbellConfig
 from topologies.description import NO_BRIDGE_NETFILTER, DumbbellPlan, host_ip, host_mac
+from topologies.errors import UsageError
+from topologies.line import LineBottleneck
 
 RUN_ID = "abc123"
 PREFIX = f"bsz-{RUN_ID}-"
@@ -14,7 +19,7 @@ BOTTLENECK_DEV = "s1-abc123"
 
 
 def plan(backend: str, **kw) -> DumbbellPlan:
-    cfg = DumbbellConfig(**({"hosts": 3, "rtt_ms": [20.0, 40.0, 87.0]} | kw))
+    cfg = DumbbellConfig(**({"hosts": 3, "rtt_ms": [20.0, 40.0, 87.0], "shaper": "htb"} | kw))
     return DumbbellPlan(cfg, backend, RUN_ID)
 
 
@@ -24,7 +29,7 @@ def test_names_and_addresses_follow_the_prefix_and_host_index():
     assert p.namespaces == [PREFIX + "s1", PREFIX + "r1", PREFIX + "d1"] + [f"{PREFIX}h{i}" for i in (1, 2, 3)]
     assert [h.ip for h in p.hosts] == ["10.0.1.1", "10.0.1.2", "10.0.1.3"]
     assert host_ip(300) == "10.0.2.44" and host_mac(300) == "02:bf:00:01:01:2c"
-    assert p.delay_map() == [("10.0.1.1", 20.0), ("10.0.1.2", 40.0), ("10.0.1.3", 87.0)]
+    assert p.delay_map() == [("10.0.1.1", 10.0, 10.0), ("10.0.1.2", 20.0, 20.0), ("10.0.1.3", 43.5, 43.5)]
     assert plan("netem").delay_ns is None and len(plan("netem").namespaces) == 5
     with pytest.raises(ValueError, match="resolved"):
         plan("auto")
@@ -112,3 +117,48 @@ def test_pacing_only_with_htb_and_the_delay_line_and_only_then_the_kick_filter()
     for p, filtered in ((plan("delayline", pacer=True), True), (plan("delayline", pacer=False), False)):
         sw = next(inp for argv, inp in p.qdiscs() if p.switch_ns in argv)
         assert ("protocol 0x88b5" in sw) == filtered
+
+
+def test_line_shaper_is_the_delay_lines_port_with_all_delay_on_the_ack_path():
+    p = plan("delayline", shaper="line", buffer_bytes=50 * FRAME_BYTES)
+    assert isinstance(p.bottleneck, LineBottleneck)
+    assert (p.bottleneck.ns, p.bottleneck.dev) == (PREFIX + "d1", "d1-abc123")  # named after the run
+    assert p.delay_devs == ("d1-eth0", "d1-abc123")
+    assert p.bottleneck_dev == BOTTLENECK_DEV  # the switch's port only forwards
+    links = p.links()
+    assert f"link add name d1-abc123 netns {PREFIX}d1 type veth peer name r1-eth0" in links
+    # No qdisc tree on the switch; the TBF access links on the hosts stay.
+    jobs = [argv for argv, _ in p.qdiscs()]
+    assert not [a for a in jobs if PREFIX + "s1" in a] and len(jobs) == 3
+    # The whole RTT on the ack path: the same RTT for TCP, and departures go straight to the receiver.
+    assert p.delay_map() == [("10.0.1.1", 0.0, 20.0), ("10.0.1.2", 0.0, 40.0), ("10.0.1.3", 0.0, 87.0)]
+    p.bottleneck.status_path = Path("/run/x/line-status")
+    args = p.bottleneck.delayline_args()
+    limit, burst = str(50 * FRAME_BYTES), str(2 * FRAME_BYTES)
+    assert args == ["-L", limit, "-R", "62500000", "-B", burst, "-q", "/run/x/line-status"]
+    assert p.bottleneck.own_drop_labels() == set()
+
+
+def test_line_shaper_needs_the_delay_line():
+    with pytest.raises(UsageError, match="delay-backend delayline"):
+        plan("netem", shaper="line")
+    with pytest.raises(UsageError, match="delay-backend delayline"):
+        DumbbellConfig(shaper="line", delay_backend="netem").validate()
+    with pytest.raises(UsageError, match="holds at most"):
+        DumbbellConfig(shaper="line", buffer_bytes=(line.MAX_FRAMES + 1) * FRAME_BYTES).validate()
+    assert DumbbellConfig(shaper="line").shaper_burst == line.BURST_BYTES
+
+
+@pytest.mark.parametrize(
+    "cpus,expected", [({0}, None), ({0, 1}, (1, 0b1)), ({0, 1, 2, 3}, (3, 0b111)), ({2, 5}, (5, 0b100))]
+)
+def test_line_isolation_takes_the_highest_cpu_and_steers_the_rest(cpus, expected):
+    assert line.isolation(cpus) == expected
+
+
+def test_auto_shaper_is_resolved_by_the_plan():
+    """auto is never what runs: the plan holds the shaper resolved for its backend."""
+    cpus = len(os.sched_getaffinity(0))
+    p = plan("delayline", shaper="auto")
+    assert p.cfg.shaper == ("line" if cpus >= 2 else "htb")
+    assert plan("netem", shaper="auto").cfg.shaper == "htb"

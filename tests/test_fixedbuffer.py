@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 from conftest import bufsize
@@ -62,7 +63,36 @@ def test_measure_reports_utilization_loss_and_queue_within_the_buffer(no_leftove
     assert r["monitors"]["cwnd"]["flows_seen"] == 4 and p["cwnd_sum"]["samples"] > 10
     for name in ("result.json", "queue.csv", "rate.csv", "cwnd_sum.csv", "cwnd_flows.csv", "cpu.csv", "queue.png"):
         assert (out / name).exists(), name
+    assert_manifest(out, r, "htb")
     # The plots can be redrawn from the data alone.
     (out / "queue.png").unlink()
     again = bufsize("plot", str(out))
     assert again.returncode == 0 and (out / "queue.png").exists(), again.stderr
+
+
+def assert_manifest(out, r: dict, shaper: str) -> None:
+    """A lone run's result says which machine, kernel, commit, backend and shaper made it."""
+    m = json.loads((out / "result.json").read_text())["manifest"]
+    assert m == r["manifest"] and m["kernel"] == os.uname().release and m["cpus"] == os.cpu_count()
+    assert m["delay_backend"] == r["delay_backend"] and m["shaper"] == shaper and m["congestion_control"] == r["cc"]
+    assert len(m["project_commit"].split()[0]) == 40  # a git hash, dirty or not
+
+
+@pytest.mark.integration
+def test_measure_with_the_line_shaper(no_leftovers, tmp_path):
+    """The whole experiment on the delay line's own queue: monitors read it like the bfifo."""
+    out = tmp_path / "line"
+    res = bufsize(
+        "measure", "--hosts", "2", "--flows", "4", "--rate-mbps", "20", "--rtt-ms", "20", "--cc", "cubic",
+        "--buffer-packets", "10", "--duration", "5", "--reference-s", "3", "--fidelity-s", "1", "--shaper", "line",
+        "--delay-backend", "delayline", "--out", str(out), "--json", timeout=180,
+    )  # fmt: skip
+    assert res.returncode in (0, 3), res.stderr
+    r = json.loads(res.stdout)
+    (p,) = r["points"]
+    assert r["queue"]["max_packets"] <= 10 and r["queue"]["samples"] > 100
+    assert p["bottleneck_drops"] > 0 and r["drops"]["bottleneck_buffer"] > 0
+    assert r["drops"]["outside_bottleneck_total"] == 0, r["drops"]
+    assert 0.5 < r["utilization"] <= 1.01 and 0.9 < r["reference_rate_mbps"] / 20 <= 1.01
+    assert r["fidelity"]["available"] and r["fidelity"]["departures"] > 1000, r["fidelity"]
+    assert_manifest(out, r, "line")

@@ -31,6 +31,7 @@ def test_bottleneck_buffer_from_packets_or_bytes():
     "args,needle",
     [
         ((10.0, 30, None, "red"), "shaper red"),
+        ((10.0, 30, None, "line"), "shaper line"),  # no delay line under Mininet
         ((-1, 30, None, "htb"), "bw -1"),
         ((10.0, None, None, "htb"), "max_queue_size"),
         ((10.0, 0.1, None, "htb"), "buffer"),

@@ -10,6 +10,7 @@ import time
 
 import pytest
 from conftest import BUFSIZE, bufsize
+from test_fixedbuffer import assert_manifest
 
 from topologies import FRAME_BYTES
 
@@ -29,6 +30,7 @@ def test_short_search_result_is_consistent_with_its_probes(no_leftovers, tmp_pat
     r = json.loads(res.stdout)
     assert r == json.loads((out / "result.json").read_text())
     assert res.returncode == (0 if r["valid"] else 3)
+    assert_manifest(out, r, "htb")
     answer = r["buffer_packets"]
     assert r["buffer_bytes"] == answer * FRAME_BYTES
     assert 1 <= answer <= r["calibration_buffer_packets"]

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+import os
+from dataclasses import asdict, dataclass, field, replace
 
 from topologies import FRAME_BYTES
 from topologies.errors import UsageError
-from topologies.machine import available_congestion_controls
+from topologies.line import BURST_BYTES as LINE_BURST
+from topologies.line import check_line_buffer
+from topologies.machine import available_congestion_controls, delay_backend
 from topologies.units import check_buffer_bytes, check_number
 
 MAX_HOSTS = 400
@@ -18,7 +21,15 @@ MAX_RATE_MBPS = 10_000.0
 # Delays are set in whole microseconds each way (netem) and a nonzero RTT must not round to none.
 MIN_RTT_MS = 0.002
 MAX_RTT_MS = 10_000.0
-SHAPERS = ("htb", "tbf")
+# htb and tbf are kernel qdiscs on the switch's port; line is the delay line's own FIFO and clock
+# (topologies/line.py), so it needs the delay line backend.
+TC_SHAPERS = ("htb", "tbf")
+SHAPERS = (*TC_SHAPERS, "line")
+# auto, the default: the line wherever the delay line carries the run and a CPU can be given to it.
+# Side by side on this VM it put far fewer departure gaps >10 % off than HTB at every load measured
+# (bench/results/shaper-ab.md); with one CPU its spinning would starve the senders, and under netem
+# there is no delay line, so HTB there.
+SHAPER_CHOICES = ("auto", *SHAPERS)
 # Bytes the shaper may send ahead of its rate. HTB's tokens are capped at its burst, so a dequeue
 # that comes late by more than the burst's worth of time loses that capacity for good: with one frame
 # the loaded 2-core VM lost 2 to 18 % of C while the queue stayed full. The HTB default is 2 ms of
@@ -34,8 +45,21 @@ HTB_MAX_BURST_FRAMES = 10
 TBF_BURST = 2 * FRAME_BYTES
 
 
+def resolve_shaper(requested: str, backend: str, cpus: int | None = None) -> str:
+    """The shaper a run uses for --shaper requested on the resolved delay backend (see SHAPER_CHOICES)."""
+    if requested != "auto":
+        return requested
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0))
+    return "line" if backend == "delayline" and cpus >= 2 else "htb"
+
+
 def default_burst_bytes(shaper: str, rate_mbps: float, pacer: bool = False) -> int:
     """The shaper's burst when none is given (the comment above gives the evidence)."""
+    if shaper == "auto":
+        raise ValueError("the shaper's burst depends on the shaper: resolve auto first (DumbbellConfig.for_backend)")
+    if shaper == "line":
+        return LINE_BURST
     if shaper == "tbf":
         return TBF_BURST
     if pacer:
@@ -99,7 +123,7 @@ class DumbbellConfig:
     rate_mbps: float = 62.5
     rtt_ms: list[float] = field(default_factory=lambda: [87.0, 87.0])
     buffer_bytes: int | None = None  # None: one bandwidth-delay product at the largest RTT
-    shaper: str = "htb"
+    shaper: str = "auto"  # resolved with the delay backend: for_backend()
     delay_backend: str = "auto"
     cc: str = "reno"
     access_mbps: float = 1000.0  # 0 leaves the access links unshaped
@@ -112,6 +136,22 @@ class DumbbellConfig:
             return self.burst_bytes
         return default_burst_bytes(self.shaper, self.rate_mbps, self.pacer)
 
+    def backend(self) -> str:
+        """The delay backend this run uses on this machine (probes the kernel: needs root)."""
+        return delay_backend(self.delay_backend, self.shaper)
+
+    def for_backend(self, backend: str) -> DumbbellConfig:
+        """This config with the shaper resolved for the delay backend the run uses (netem or delayline)."""
+        cfg = replace(self, shaper=resolve_shaper(self.shaper, backend))
+        if cfg.shaper == "line":
+            if backend != "delayline":
+                raise UsageError(
+                    "--shaper line is the delay line's own queue, and this run's delay is netem: "
+                    "use --delay-backend delayline"
+                )
+            check_line_buffer(cfg.initial_buffer_bytes(), "--buffer-bytes")
+        return cfg
+
     def validate(self) -> None:
         if not isinstance(self.hosts, int) or not 1 <= self.hosts <= MAX_HOSTS:
             raise UsageError(f"--hosts {self.hosts}: must be a whole number from 1 to {MAX_HOSTS}")
@@ -122,8 +162,12 @@ class DumbbellConfig:
             check_rtt_ms(v)
         if self.buffer_bytes is not None:
             check_buffer_bytes(self.buffer_bytes, "--buffer-bytes")
-        if self.shaper not in SHAPERS:
-            raise UsageError(f"--shaper {self.shaper}: must be one of {', '.join(SHAPERS)}")
+        if self.shaper not in SHAPER_CHOICES:
+            raise UsageError(f"--shaper {self.shaper}: must be one of {', '.join(SHAPER_CHOICES)}")
+        if self.shaper == "line":
+            if self.delay_backend == "netem":
+                raise UsageError("--shaper line is the delay line's own queue: use --delay-backend delayline")
+            check_line_buffer(self.initial_buffer_bytes(), "--buffer-bytes")
         if self.delay_backend not in DELAY_BACKENDS:
             raise UsageError(f"--delay-backend {self.delay_backend}: must be one of {', '.join(DELAY_BACKENDS)}")
         ccs = available_congestion_controls()
@@ -133,10 +177,10 @@ class DumbbellConfig:
             check_number("--access-mbps", self.access_mbps, self.rate_mbps, MAX_RATE_MBPS * 10)
         if not isinstance(self.pacer, bool):
             raise UsageError(f"--pacer {self.pacer}: must be on or off")
-        if not isinstance(self.shaper_burst, int) or not FRAME_BYTES <= self.shaper_burst <= 64 * FRAME_BYTES:
-            raise UsageError(
-                f"--burst-bytes {self.shaper_burst}: must be between {FRAME_BYTES} and {64 * FRAME_BYTES} bytes"
-            )
+        # Every default is within these bounds; only a given burst needs checking.
+        burst = self.burst_bytes
+        if burst is not None and (not isinstance(burst, int) or not FRAME_BYTES <= burst <= 64 * FRAME_BYTES):
+            raise UsageError(f"--burst-bytes {burst}: must be between {FRAME_BYTES} and {64 * FRAME_BYTES} bytes")
 
     @property
     def bdp_bytes(self) -> int:

@@ -68,17 +68,23 @@ class DelayLine:
         ns: str,
         side_a: str,
         side_b: str,
-        hosts: Sequence[tuple[str, float]],
+        hosts: Sequence[tuple[str, float, float]],
         spin_us: int = SPIN_US,
         rtprio: int = RTPRIO,
         kick: socket.socket | None = None,
         rate_mbps: float | None = None,
+        line_args: Sequence[str] = (),
+        cpu: int | None = None,
+        nice: int = 0,
     ) -> None:
-        """kick: the bottleneck's kick socket (Bottleneck.kick_socket) to pace it at rate_mbps."""
+        """hosts: (address, forward ms, reverse ms); kick: the bottleneck's kick socket
+        (Bottleneck.kick_socket) to pace it at rate_mbps; line_args: LineBottleneck.delayline_args()
+        to make it the bottleneck itself; cpu: run only there; nice: its CPU share under normal
+        scheduling (rtprio 0)."""
         self.state, self.ns, self.side_a, self.side_b = state, ns, side_a, side_b
         self.map_path = state.workdir / "delayline-map.txt"
         self.stats_path = state.workdir / "delayline-stats.json"
-        self.map_path.write_text("".join(f"{ip} {rtt * 500:.1f} {rtt * 500:.1f}\n" for ip, rtt in hosts))
+        self.map_path.write_text("".join(f"{ip} {fwd * 1000:.1f} {rev * 1000:.1f}\n" for ip, fwd, rev in hosts))
         self.spin_us = spin_us
         self.rtprio = rtprio
         if kick is not None and not rate_mbps:
@@ -86,6 +92,8 @@ class DelayLine:
         # The caller owns the socket; the helper gets its own copy at start.
         self.kick, self.rate_mbps = kick, rate_mbps
         self.can_pace = self.pacing = kick is not None
+        self.line_args = list(line_args)
+        self.cpu, self.nice = cpu, nice
         self.proc: subprocess.Popen[str] | None = None
 
     def start(self, timeout: float = 10.0) -> None:
@@ -110,6 +118,9 @@ class DelayLine:
             assert self.rate_mbps
             fds = (self.kick.fileno(),)
             argv += ["-k", str(fds[0]), "-R", str(int(round(self.rate_mbps * 1e6)))]
+        argv += self.line_args
+        if self.cpu is not None:
+            argv += ["-c", str(self.cpu)]
         self.proc = popen_dying_with_parent(
             netns.in_ns(self.ns, argv),
             stdout=subprocess.PIPE,
@@ -120,6 +131,8 @@ class DelayLine:
         )
         self.kick = None  # the helper has its copy; the caller closes its own
         self.state.add_process(self.proc.pid, "delay line")
+        if self.nice:
+            os.setpriority(os.PRIO_PROCESS, self.proc.pid, self.nice)  # nsenter exec'd it: same pid
         # It prints "ready" once both sockets are open; before that frames would not be carried.
         assert self.proc.stdout is not None
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)

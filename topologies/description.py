@@ -24,6 +24,7 @@ from topologies import FRAME_BYTES, netns
 from topologies.bottleneck import Bottleneck
 from topologies.config import DumbbellConfig
 from topologies.delay import netem_commands
+from topologies.line import LineBottleneck
 from topologies.units import tc_rate
 
 RECEIVER_IP = "10.0.0.1"
@@ -38,6 +39,9 @@ PREFIX_LEN = 16
 BOTTLENECK_PREFIX = "s1-"
 RECEIVER_DEV = "r1-eth0"
 DELAY_DEVS = ("d1-eth0", "d1-eth1")  # toward the switch, toward the receiver
+# With the line shaper the port toward the receiver is the bottleneck's: named after the run like
+# s1-<run>, so the fidelity trace (which filters on the name) sees this run's departures only.
+LINE_DEV_PREFIX = "d1-"
 # Offloads that would let one "packet" be up to 64 KB, and checksum offload, whose partial
 # checksums a packet socket (the delay line) would forward unfinished.
 OFFLOADS_OFF = ["tso", "off", "gso", "off", "gro", "off", "tx", "off"]
@@ -107,8 +111,10 @@ class DumbbellPlan:
     def __init__(self, cfg: DumbbellConfig, backend: str, run_id: str) -> None:
         if backend not in ("netem", "delayline"):
             raise ValueError(f"backend must be resolved to netem or delayline, not {backend}")
+        cfg = cfg.for_backend(backend)
         self.cfg, self.backend = cfg, backend
         ns_prefix = f"{netns.PREFIX}{run_id}-"
+        # The switch's port toward the receiver: the bottleneck itself unless the shaper is the line.
         self.bottleneck_dev = f"{BOTTLENECK_PREFIX}{run_id}"[:15]  # IFNAMSIZ
         self.switch_ns = ns_prefix + "s1"
         self.receiver_ns = ns_prefix + "r1"
@@ -119,15 +125,24 @@ class DumbbellPlan:
             for i in range(1, cfg.hosts + 1)
         ]
         self.pacing = pacing_applies(cfg, backend)
-        self.bottleneck = Bottleneck(
-            self.switch_ns,
-            self.bottleneck_dev,
-            cfg.shaper,
-            cfg.rate_mbps,
-            cfg.shaper_burst,
-            cfg.initial_buffer_bytes(),
-            kick_filter=self.pacing,
-        )
+        self.line = cfg.shaper == "line"
+        self.delay_devs = (DELAY_DEVS[0], f"{LINE_DEV_PREFIX}{run_id}"[:15]) if self.line else DELAY_DEVS
+        self.bottleneck: Bottleneck
+        if self.line:
+            assert self.delay_ns is not None
+            self.bottleneck = LineBottleneck(
+                self.delay_ns, self.delay_devs[1], "line", cfg.rate_mbps, cfg.shaper_burst, cfg.initial_buffer_bytes()
+            )
+        else:
+            self.bottleneck = Bottleneck(
+                self.switch_ns,
+                self.bottleneck_dev,
+                cfg.shaper,
+                cfg.rate_mbps,
+                cfg.shaper_burst,
+                cfg.initial_buffer_bytes(),
+                kick_filter=self.pacing,
+            )
 
     @property
     def namespaces(self) -> list[str]:
@@ -144,8 +159,8 @@ class DumbbellPlan:
         wan = f"link add name {self.bottleneck_dev} address {SWITCH_WAN_MAC} netns {sw} type veth peer name"
         recv = f"{self.receiver_dev} address {RECEIVER_MAC} netns {self.receiver_ns}"
         if self.delay_ns:
-            lines.append(f"{wan} {DELAY_DEVS[0]} netns {self.delay_ns}\n")
-            lines.append(f"link add name {DELAY_DEVS[1]} netns {self.delay_ns} type veth peer name {recv}\n")
+            lines.append(f"{wan} {self.delay_devs[0]} netns {self.delay_ns}\n")
+            lines.append(f"link add name {self.delay_devs[1]} netns {self.delay_ns} type veth peer name {recv}\n")
         else:
             lines.append(f"{wan} {recv}\n")
         return "".join(lines)
@@ -154,7 +169,7 @@ class DumbbellPlan:
         """(namespace, device) of every emulated interface: offloads go off on each."""
         out = [(self.switch_ns, self.bottleneck_dev), (self.receiver_ns, self.receiver_dev)]
         if self.delay_ns:
-            out += [(self.delay_ns, d) for d in DELAY_DEVS]
+            out += [(self.delay_ns, d) for d in self.delay_devs]
         for h in self.hosts:
             out += [(h.ns, h.dev), (self.switch_ns, h.switch_port)]
         return out
@@ -201,7 +216,7 @@ class DumbbellPlan:
         sw += [f"neigh replace {h.ip} lladdr {h.mac} dev br0 nud permanent\n" for h in self.hosts]
         jobs.append((["ip", "-n", self.switch_ns, "-batch", "-"], "".join(sw)))
         if self.delay_ns:
-            ups = "".join(f"link set {d} up\n" for d in DELAY_DEVS)
+            ups = "".join(f"link set {d} up\n" for d in self.delay_devs)
             jobs.append((["ip", "-n", self.delay_ns, "-batch", "-"], ups))
         return jobs
 
@@ -232,9 +247,14 @@ class DumbbellPlan:
                 host_q = []
             if host_q:
                 jobs.append((["tc", "-n", h.ns, "-batch", "-"], "".join(host_q)))
-        jobs.append((["tc", "-n", self.switch_ns, "-batch", "-"], "".join(sw)))
+        if sw:  # nothing with the line shaper and the delay line
+            jobs.append((["tc", "-n", self.switch_ns, "-batch", "-"], "".join(sw)))
         return jobs
 
-    def delay_map(self) -> list[tuple[str, float]]:
-        """(sender address, RTT ms) for the delay line."""
-        return [(h.ip, h.rtt_ms) for h in self.hosts]
+    def delay_map(self) -> list[tuple[str, float, float]]:
+        """(sender address, forward ms, reverse ms) for the delay line: half the RTT each way, or all
+        of it on the ack path with the line shaper, whose departures then go straight to the
+        receiver (the same RTT for TCP, and the traced departures are the bottleneck's)."""
+        if self.line:
+            return [(h.ip, 0.0, h.rtt_ms) for h in self.hosts]
+        return [(h.ip, h.rtt_ms / 2, h.rtt_ms / 2) for h in self.hosts]

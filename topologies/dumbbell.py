@@ -9,6 +9,7 @@ what the ledger holds (topologies.cleanup).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from collections.abc import Sequence
@@ -21,7 +22,6 @@ from topologies.cleanup import signals_held, teardown
 from topologies.config import DumbbellConfig
 from topologies.delay import DelayLine
 from topologies.description import (
-    DELAY_DEVS,
     OFFLOADS_OFF,
     DumbbellPlan,
     Host,
@@ -30,6 +30,10 @@ from topologies.description import (
 )
 from topologies.errors import RunError
 from topologies.ledger import RunState
+from topologies.line import NICE as LINE_NICE
+from topologies.line import RTPRIO as LINE_RTPRIO
+from topologies.line import SPIN_US as LINE_SPIN_US
+from topologies.line import LineBottleneck, isolation
 from topologies.proc import popen_dying_with_parent, run
 
 __all__ = ["OFFLOADS_OFF", "Dumbbell", "Host", "tcp_sysctls"]
@@ -52,7 +56,7 @@ class Dumbbell:
 
     def __init__(self, cfg: DumbbellConfig, backend: str, state: RunState | None = None) -> None:
         cfg.validate()
-        self.cfg = cfg
+        self.cfg = cfg.for_backend(backend)  # the shaper resolved: what runs is what is reported
         self.backend = backend
         self.state = state or RunState.create()
         self.plan = DumbbellPlan(cfg, backend, self.state.run_id)
@@ -113,14 +117,42 @@ class Dumbbell:
         self._wait_bridge_forwarding()
         if plan.delay_ns:
             kick = self.bottleneck.kick_socket() if plan.pacing else None
+            line_args: list[str] = []
+            extra: dict = {}
+            if isinstance(self.bottleneck, LineBottleneck):
+                self.bottleneck.status_path = self.state.workdir / "line-status"
+                line_args = self.bottleneck.delayline_args()
+                extra = self._isolate_line()
             try:
                 self.delayline = DelayLine(
-                    self.state, plan.delay_ns, *DELAY_DEVS, plan.delay_map(), kick=kick, rate_mbps=self.cfg.rate_mbps
+                    self.state,
+                    plan.delay_ns,
+                    *plan.delay_devs,
+                    plan.delay_map(),
+                    kick=kick,
+                    rate_mbps=self.cfg.rate_mbps,
+                    line_args=line_args,
+                    **extra,
                 )
                 self.delayline.start()
             finally:
                 if kick is not None:
                     kick.close()  # the delay line holds its own copy
+
+    def _isolate_line(self) -> dict:
+        """The line shaper's departures are its own send() calls: keep the work its sends cause (the
+        receiver's TCP, the switch and the senders' TCP for acks) off its CPU with RPS on the two
+        ports it sends into, and pin it to that CPU (topologies/line.py has the measurements)."""
+        how = {"spin_us": LINE_SPIN_US, "rtprio": LINE_RTPRIO, "nice": LINE_NICE}
+        iso = isolation(os.sched_getaffinity(0))
+        if iso is None:
+            return how
+        cpu, mask = iso
+        for ns, dev in ((self.switch_ns, self.plan.bottleneck_dev), (self.receiver_ns, self.receiver_dev)):
+            # sysfs shows a namespace's devices only when mounted inside it, which `ip netns exec` does.
+            path = f"/sys/class/net/{dev}/queues/rx-0/rps_cpus"
+            run(["ip", "netns", "exec", ns, "tee", path], input=f"{mask:x}\n")
+        return how | {"cpu": cpu}
 
     def _configure_qdiscs(self) -> None:
         run_parallel(self.plan.qdiscs())

@@ -113,8 +113,11 @@ def resolve_backend(requested: str, qdiscs: dict[str, bool], delayline_built: bo
     raise MachineError("no delay backend: the kernel has no netem and the delay line is not built (run ./setup.sh)")
 
 
-def delay_backend(requested: str) -> str:
-    """The backend a run will use on this machine for `--delay-backend requested`."""
+def delay_backend(requested: str, shaper: str = "auto") -> str:
+    """The backend a run will use on this machine for `--delay-backend requested`; the line shaper
+    lives in the delay line, so asking for it makes auto the delay line."""
+    if requested == "auto" and shaper == "line":
+        requested = "delayline"
     return resolve_backend(requested, qdisc_support(), HELPER.exists())
 
 

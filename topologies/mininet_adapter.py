@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from topologies.description import (
-    DELAY_DEVS,
     PREFIX_LEN,
     RECEIVER_MAC,
     SWITCH_LAN_IP,
@@ -145,15 +144,15 @@ def make_view(net: Dumbbell) -> Any:
             link(ExistingIntf(h.dev, node, h.ip, h.mac), ExistingIntf(h.switch_port, s1, None, SWITCH_LAN_MAC))
         view.hosts.append(r1)
         view.nameToNode["r1"] = r1
-        s1_wan = ExistingIntf(net.bottleneck.dev, s1, None, SWITCH_WAN_MAC)
+        s1_wan = ExistingIntf(plan.bottleneck_dev, s1, None, SWITCH_WAN_MAC)
         ExistingIntf("br0", s1, SWITCH_LAN_IP, SWITCH_LAN_MAC)
         if net.delay_ns:
             d1 = NamespaceSwitch("d1", net.delay_ns)  # forwards (after a delay), so listed as a switch
             started.append(d1)
             view.switches.append(d1)
             view.nameToNode["d1"] = d1
-            link(s1_wan, ExistingIntf(DELAY_DEVS[0], d1))
-            link(ExistingIntf(DELAY_DEVS[1], d1), r1_if)
+            link(s1_wan, ExistingIntf(plan.delay_devs[0], d1))
+            link(ExistingIntf(plan.delay_devs[1], d1), r1_if)
         else:
             link(s1_wan, r1_if)
     except BaseException:

@@ -39,7 +39,7 @@ from mininet.node import Node  # noqa: E402
 from mininet.topo import Topo  # noqa: E402
 
 from topologies import FRAME_BYTES  # noqa: E402
-from topologies.config import MAX_HOSTS, SHAPERS, default_burst_bytes  # noqa: E402
+from topologies.config import MAX_HOSTS, TC_SHAPERS, default_burst_bytes  # noqa: E402
 from topologies.delay import NETEM_LIMIT  # noqa: E402
 from topologies.description import OFFLOADS_OFF  # noqa: E402
 from topologies.errors import MachineError, UsageError  # noqa: E402
@@ -112,8 +112,8 @@ def check_bottleneck(
             f"{where}: delay {delay} on the bottleneck link: put propagation delay on the access links "
             "(AccessLink), so the bfifo is the only queue on the bottleneck egress"
         )
-    if shaper not in SHAPERS:
-        refuse(f"shaper {shaper}: must be one of {', '.join(SHAPERS)}")
+    if shaper not in TC_SHAPERS:  # no delay line under Mininet, so no line shaper
+        refuse(f"shaper {shaper}: must be one of {', '.join(TC_SHAPERS)}")
     if not (isinstance(bw, (int, float)) and 0 < bw <= 100_000):
         refuse(f"bw {bw}: must be a rate in Mb/s above 0")
     if buffer_bytes is None and max_queue_size is None:

@@ -18,6 +18,7 @@
  *
  * Usage: bsz-delayline -a IFACE -b IFACE [-f US] [-r US] [-m MAPFILE]
  *                      [-n SLOTS] [-s STATSFILE] [-i MS] [-p RTPRIO] [-w US] [-c CPU] [-k FD -R BPS]
+ *                      [-L BYTES -R BPS [-B BYTES] -q STATUSFILE]
  *   -f/-r   default delay A->B / B->A in microseconds (all delays: 0 to MAX_DELAY_US)
  *   -m      lines "a.b.c.d fwd_us rev_us": per-host delays ('#' starts a comment); a map that
  *           cannot be read exactly as written is refused (exit 2)
@@ -29,7 +30,15 @@
  *   -k FD   pace the bottleneck: FD is an inherited AF_PACKET socket bound to the bottleneck
  *           port (in the switch's namespace) whose frames the qdisc steals (tc cBPF filter,
  *           TC_ACT_STOLEN) without queueing them; -R gives the bottleneck rate in bit/s
- *   -R      bottleneck rate (bit/s) for -k (both or neither)
+ *   -R      bottleneck rate (bit/s) for -k or -L
+ *   -L      be the bottleneck (the "line" shaper): A->B frames wait in a drop-tail FIFO of this
+ *           many bytes (bfifo's rule: a frame is queued if backlog + its length <= limit) and
+ *           leave at -R, each when the previous one has been serialized
+ *   -B      how far (bytes of the rate) the line may fall behind its schedule and catch up
+ *           back to back after a late wake-up (default 2 frames); further behind, the time is lost
+ *   -q      the line's status file: a page of u64 counters (struct line_status) rewritten on
+ *           every enqueue and departure under a sequence lock, and the buffer limit, which the
+ *           toolkit changes in place by writing want_limit and then want_gen
  * Pacing (-k): the kernel's shaper releases a frame when its qdisc watchdog (an hrtimer) fires,
  * and on this VM that interrupt plus the NET_TX softirq behind it come 10-50 us late with as
  * much jitter (bench/results/pacing.md). Any enqueue on the port also runs the qdisc, so we
@@ -41,6 +50,9 @@
  * that releases nothing (queue empty) waits for the next departure. (Kernel receive timestamps
  * cannot date departures: forwarded TCP frames keep the sender's EDT time in skb->tstamp.)
  * SIGUSR1 toggles pacing (for A/B benchmarks).
+ * The line (-L) exists because even the pacer leaves 5-10 % of gaps >10 % off at 62.5 Mb/s on
+ * this VM: the kernel's shaper still runs in softirq behind other work. Here the departure is
+ * our own send() at a time we chose, a few us late at most while we spin.
  * Stats also give how late frames left against their release time (mean, p50, p99, max): the
  * jitter the delay line adds on top of its constant delay.
  * SIGTERM/SIGINT: write final stats and exit 0.
@@ -48,6 +60,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
 #include <math.h>
@@ -61,6 +74,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -116,6 +130,23 @@ struct pacer {
  * to a few tens of us after it left; the next frame is due one frame time after it left, so
  * probe from PROBE_EARLY_NS before that until PROBE_LATE_NS after, every PROBE_NS. A kick that
  * releases a frame fixes the shaper's phase to within PROBE_NS; later kicks follow on a grid. */
+/* The line shaper's shared status (-q): the toolkit maps the same page. Only we write the
+ * counters (seq is odd while we do); only the toolkit writes want_limit, then want_gen. */
+#define LINE_MAGIC 0x31454e494c5a5342ull /* "BSZLINE1" little-endian */
+struct line_status {
+	uint64_t magic, seq, limit_bytes, backlog_bytes, backlog_frames;
+	uint64_t enq_frames, enq_bytes, sent_frames, sent_bytes, drops, clock_resets;
+	uint64_t want_gen, want_limit, applied_gen, rate_bps, burst_bytes;
+};
+struct line {
+	int on;
+	double ns_per_byte;
+	uint64_t burst_ns;
+	struct slot *ring; /* FIFO of frames read from side A; release_ns holds the arrival time */
+	uint32_t head, count, cap;
+	uint64_t free_at_ns; /* when the frame being serialized has finished (schedule, not wall) */
+	struct line_status *st;
+};
 #define PROBE_NS 2000ull
 #define PROBE_EARLY_NS 30000ull
 #define PROBE_LATE_NS 10000ull
@@ -129,6 +160,7 @@ struct map_entry {
 };
 
 static struct map_entry map[MAP_SIZE];
+static struct line line;
 static volatile sig_atomic_t stop_requested;
 
 static void on_signal(int sig) { (void)sig; stop_requested = 1; }
@@ -349,6 +381,113 @@ static uint64_t delay_for(const struct dir *d, const unsigned char *frame, uint3
 	return d->default_ns;
 }
 
+/* Counter updates under the sequence lock, so a reader never sees half of one. */
+static void status_begin(struct line_status *st)
+{
+	__atomic_store_n(&st->seq, st->seq + 1, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+static void status_end(struct line_status *st)
+{
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	__atomic_store_n(&st->seq, st->seq + 1, __ATOMIC_RELAXED);
+}
+
+/* A frame just read from side A (in the free buffer on top of d's stack): queue it or drop it. */
+static void line_enqueue(struct dir *d, uint64_t t, uint32_t len)
+{
+	struct line_status *st = line.st;
+	status_begin(st);
+	if (st->backlog_bytes + len > st->limit_bytes || line.count == line.cap) {
+		st->drops++; /* the buffer stays on the free stack */
+	} else {
+		struct slot *s = &line.ring[(line.head + line.count++) % line.cap];
+		*s = (struct slot){.release_ns = t, .seq = d->seq++, .len = len, .buf = d->free_bufs[--d->free_len]};
+		st->backlog_bytes += len;
+		st->backlog_frames++;
+		st->enq_frames++;
+		st->enq_bytes += len;
+	}
+	status_end(st);
+}
+
+/* Take a new limit the toolkit asked for. Like bfifo's, a smaller limit drops nothing queued:
+ * arrivals are refused until the backlog is below it. */
+static void line_apply_limit(void)
+{
+	struct line_status *st = line.st;
+	uint64_t gen = __atomic_load_n(&st->want_gen, __ATOMIC_ACQUIRE);
+	if (gen == st->applied_gen)
+		return;
+	uint64_t want = __atomic_load_n(&st->want_limit, __ATOMIC_RELAXED);
+	status_begin(st);
+	if (want > 0)
+		st->limit_bytes = want;
+	st->applied_gen = gen;
+	status_end(st);
+}
+
+/* Move every frame whose serialization has started into the delay stage (d's heap, released at
+ * its start time plus the host's forward delay); returns the next start time or 0. */
+static uint64_t line_release(struct dir *d)
+{
+	if (!line.on)
+		return 0;
+	line_apply_limit();
+	struct line_status *st = line.st;
+	while (line.count) {
+		struct slot s = line.ring[line.head];
+		uint64_t t = now_ns();
+		uint64_t start = s.release_ns > line.free_at_ns ? s.release_ns : line.free_at_ns;
+		if (start > t)
+			return start;
+		status_begin(st);
+		if (t - start > line.burst_ns) { /* woken too late to catch up on all of it */
+			start = t - line.burst_ns;
+			st->clock_resets++;
+		}
+		line.head = (line.head + 1) % line.cap;
+		line.count--;
+		line.free_at_ns = start + (uint64_t)(s.len * line.ns_per_byte);
+		st->backlog_bytes -= s.len;
+		st->backlog_frames--;
+		st->sent_frames++;
+		st->sent_bytes += s.len;
+		status_end(st);
+		s.release_ns = start + delay_for(d, d->frames + (size_t)s.buf * FRAME_MAX, s.len, 1);
+		heap_push(d, s);
+		if (d->heap_len > d->max_held)
+			d->max_held = d->heap_len;
+	}
+	return 0;
+}
+
+static void line_init(const char *status_path, long slots, double rate_bps, long limit, long burst)
+{
+	int fd = open(status_path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	if (fd < 0)
+		die(status_path);
+	if (ftruncate(fd, 4096) < 0)
+		die("ftruncate");
+	void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		die("mmap");
+	close(fd);
+	line.st = m;
+	line.on = 1;
+	line.cap = (uint32_t)slots;
+	line.ring = calloc((size_t)slots, sizeof *line.ring);
+	if (!line.ring)
+		die("calloc");
+	line.ns_per_byte = 8e9 / rate_bps;
+	line.burst_ns = (uint64_t)(burst * line.ns_per_byte);
+	line.st->limit_bytes = (uint64_t)limit;
+	line.st->rate_bps = (uint64_t)rate_bps;
+	line.st->burst_bytes = (uint64_t)burst;
+	__atomic_store_n(&line.st->magic, LINE_MAGIC, __ATOMIC_RELEASE); /* readers wait for it */
+}
+
 /* The VLAN tag the kernel took off (auxdata), or 0 if the frame had none. */
 static uint32_t stripped_vlan(struct msghdr *msg)
 {
@@ -408,6 +547,10 @@ static int drain_input(struct dir *d, int forward)
 			uint32_t be = htonl(vlan);
 			memcpy(buf + 12, &be, 4);
 			r += 4;
+		}
+		if (forward && line.on) {
+			line_enqueue(d, t, (uint32_t)r);
+			continue;
 		}
 		struct slot s = {.release_ns = t + delay_for(d, buf, (uint32_t)r, forward),
 				 .seq = d->seq++,
@@ -504,6 +647,13 @@ static void write_stats(const char *path, struct dir *fwd, struct dir *rev, cons
 	dir_json(f, fwd);
 	fputs(", ", f);
 	dir_json(f, rev);
+	if (line.on)
+		fprintf(f,
+			", \"line\": {\"limit_bytes\": %llu, \"backlog_bytes\": %llu, \"enq_frames\": %llu, "
+			"\"sent_frames\": %llu, \"drops\": %llu, \"clock_resets\": %llu}",
+			(unsigned long long)line.st->limit_bytes, (unsigned long long)line.st->backlog_bytes,
+			(unsigned long long)line.st->enq_frames, (unsigned long long)line.st->sent_frames,
+			(unsigned long long)line.st->drops, (unsigned long long)line.st->clock_resets);
 	if (p->fd >= 0)
 		fprintf(f,
 			", \"pacer\": {\"on\": %s, \"kicks\": %llu, \"hits\": %llu, \"grid_hits\": %llu, "
@@ -576,7 +726,7 @@ static uint64_t pacer_run(struct pacer *p, struct dir *fwd)
 static void usage(void)
 {
 	fputs("usage: bsz-delayline -a IFACE -b IFACE [-f US] [-r US] [-m MAPFILE] [-n SLOTS] [-s STATS]"
-	      " [-i MS] [-p RTPRIO] [-w US] [-c CPU] [-k FD -R BPS]\n",
+	      " [-i MS] [-p RTPRIO] [-w US] [-c CPU] [-k FD -R BPS] [-L BYTES -R BPS [-B BYTES] -q STATUS]\n",
 	      stderr);
 	exit(2);
 }
@@ -588,9 +738,10 @@ int main(int argc, char **argv)
 	long slots = 65536, interval_ms = 200, rtprio = 0, spin_us = 0, cpu = -1;
 	struct pacer pacer = {.fd = -1};
 	double rate_bps = 0;
-	long kick_fd = -1;
+	long kick_fd = -1, line_limit = -1, line_burst = 2 * 1514;
+	const char *status_path = NULL;
 	int opt;
-	while ((opt = getopt(argc, argv, "a:b:f:r:m:n:s:i:p:w:c:k:R:")) != -1) {
+	while ((opt = getopt(argc, argv, "a:b:f:r:m:n:s:i:p:w:c:k:R:L:B:q:")) != -1) {
 		switch (opt) {
 		case 'a': side_a = optarg; break;
 		case 'b': side_b = optarg; break;
@@ -604,6 +755,9 @@ int main(int argc, char **argv)
 		case 'w': spin_us = atol(optarg); break;
 		case 'c': if (!parse_long(optarg, 0, CPU_SETSIZE - 1, &cpu)) usage(); break;
 		case 'k': if (!parse_long(optarg, 0, INT32_MAX, &kick_fd)) usage(); break;
+		case 'L': if (!parse_long(optarg, 60, 1l << 32, &line_limit)) usage(); break;
+		case 'B': if (!parse_long(optarg, 60, 1l << 32, &line_burst)) usage(); break;
+		case 'q': status_path = optarg; break;
 		case 'R': {
 			char *end;
 			rate_bps = strtod(optarg, &end);
@@ -615,8 +769,11 @@ int main(int argc, char **argv)
 		}
 	}
 	if (!side_a || !side_b || slots < 16 || slots > (1 << 22) || interval_ms < 10 || spin_us < 0 ||
-	    (kick_fd >= 0) != (rate_bps > 0))
+	    (rate_bps > 0) != (kick_fd >= 0 || line_limit >= 0) || (kick_fd >= 0 && line_limit >= 0) ||
+	    (line_limit >= 0) != (status_path != NULL))
 		usage();
+	if (line_limit >= 0)
+		line_init(status_path, slots, rate_bps, line_limit, line_burst);
 	pacer.fd = (int)kick_fd;
 	pacer.ns_per_byte = rate_bps > 0 ? 8e9 / rate_bps : 0;
 	if (cpu >= 0) {
@@ -660,8 +817,11 @@ int main(int argc, char **argv)
 	uint64_t spin_ns = (uint64_t)spin_us * 1000ull;
 	struct pollfd pfd[2] = {{.fd = fd_a, .events = POLLIN}, {.fd = fd_b, .events = POLLIN}};
 	while (!stop_requested) {
+		uint64_t n4 = line_release(&fwd);
 		uint64_t n3 = pacer_run(&pacer, &fwd), n1 = release_due(&fwd), n2 = release_due(&rev);
 		uint64_t next = next_stats;
+		if (n4 && n4 < next)
+			next = n4;
 		if (n3 && n3 < next)
 			next = n3;
 		if (n1 && n1 < next)
@@ -701,5 +861,6 @@ int main(int argc, char **argv)
 	write_stats(stats_path, &fwd, &rev, &pacer);
 	dir_free(&fwd); /* so LeakSanitizer's exit check passes */
 	dir_free(&rev);
+	free(line.ring);
 	return 0;
 }

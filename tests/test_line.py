@@ -1,0 +1,108 @@
+"""The line shaper in a real dumbbell: the delay line as the bottleneck (`--shaper line`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import in_ns
+
+from buffersizing.verify import measure_rtts
+from monitors.drops import DropMonitor
+from topologies import FRAME_BYTES
+from topologies.config import DumbbellConfig
+from topologies.dumbbell import Dumbbell
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def net(no_leftovers):
+    cfg = DumbbellConfig(hosts=2, rate_mbps=20, rtt_ms=[10.0, 30.0], buffer_bytes=40 * FRAME_BYTES, shaper="line")
+    with Dumbbell(cfg, "delayline") as n:
+        yield n
+
+
+def test_no_qdisc_tree_on_the_switch_and_the_right_rtts(net):
+    out = in_ns(net.switch_ns, "tc", "qdisc", "show", "dev", net.plan.bottleneck_dev)
+    assert "bfifo" not in out and "htb" not in out and "tbf" not in out
+    assert (net.bottleneck.ns, net.bottleneck.dev) == (net.delay_ns, net.plan.delay_devs[1])
+    # All of the RTT sits on the ack path; TCP (and ping) see the same round trip.
+    for r in measure_rtts(net, count=5, interval=0.1):
+        assert abs(r.min_ms - r.configured_ms) <= 0.01 * r.configured_ms + 0.3, r
+
+
+def test_delay_line_placed_and_its_sends_work_steered_away(net):
+    pid = net.delayline.proc.pid
+    assert os.getpriority(os.PRIO_PROCESS, pid) == -20
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) < 2:
+        pytest.skip("one CPU: nothing to isolate the delay line from")  # not counted as a pass
+    own = max(cpus)
+    assert os.sched_getaffinity(pid) == {own}
+    others = sum(1 << c for c in cpus if c != own)
+    for ns, dev in ((net.switch_ns, net.plan.bottleneck_dev), (net.receiver_ns, net.receiver_dev)):
+        path = f"/sys/class/net/{dev}/queues/rx-0/rps_cpus"
+        mask = subprocess.run(["ip", "netns", "exec", ns, "cat", path], capture_output=True, text=True, check=True)
+        assert int(mask.stdout.strip().replace(",", ""), 16) == others
+
+
+def test_buffer_changes_in_place_and_drops_are_the_bottlenecks(net):
+    """A flow through a 4-packet line: the limit changes in place, the queue never holds more, the
+    counters carry on, drops are counted at the bottleneck and nowhere else, and every byte the
+    line says it sent left on its port toward the receiver."""
+    server = net.spawn(net.receiver_ns, ["iperf", "-s", "-p", "5001"], "server", stdout=subprocess.DEVNULL)
+    time.sleep(0.5)
+    drops = DropMonitor(net).start()
+    client = net.spawn(
+        net.hosts[0].ns,
+        ["iperf", "-c", net.receiver_ip, "-t", "7", "-P", "4"],
+        "client",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    reader = net.bottleneck.leaf_reader()
+    counters = net.bottleneck.counters()
+    try:
+        time.sleep(2.5)
+        before = reader.read()
+        assert before.limit == 40 * FRAME_BYTES and before.packets > 0
+        net.set_buffer(4 * FRAME_BYTES)
+        assert net.buffer_bytes == 4 * FRAME_BYTES
+        time.sleep(0.5)  # the 40-packet backlog drains in 24 ms; arrivals meanwhile are refused
+        samples = []
+        for _ in range(200):
+            samples.append(reader.read())
+            time.sleep(0.005)
+        assert all(s.limit == 4 * FRAME_BYTES and s.backlog <= 4 * FRAME_BYTES for s in samples)
+        assert max(s.backlog for s in samples) > 0, "four flows never queued a frame"
+        assert samples[-1].packets > before.packets, "the line stopped or its counters were reset"
+        out, _ = client.communicate(timeout=20)
+        assert client.returncode == 0 and "connected" in out
+        summary = drops.stop()
+        time.sleep(0.2)
+        final, c = reader.read(), counters.read()
+    finally:
+        reader.close()
+        counters.close()
+        for p in (client, server):
+            p.kill()
+            p.wait()
+    assert summary.bottleneck > 0 and summary.outside == {}, summary
+    # Nothing else travels toward the receiver, so the port's transmit count is the line's.
+    assert c.tx_bytes == final.bytes and c.tx_packets == final.packets
+
+
+def test_status_page_is_read_whole_and_refuses_a_dead_line(tmp_path: Path):
+    from topologies.errors import RunError
+    from topologies.line import LineStatus
+
+    (tmp_path / "empty").write_bytes(b"\0" * 4096)  # no magic: never filled in by a delay line
+    with pytest.raises(RunError, match="never filled in"):
+        LineStatus(tmp_path / "empty", timeout=0.1)
+    with pytest.raises(RunError, match="cannot be read"):
+        LineStatus(tmp_path / "missing", timeout=0.1)
