@@ -182,11 +182,18 @@ class Experiment:
             self.fidelity = {"available": False, "reason": "skipped (--fidelity-s 0)"}
             return self.fidelity
         dl = self.net.delayline
-        before = dl.stats().get("pacer", {}) if dl else {}
+        stats0 = dl.stats() if dl else {}
         with FidelityMonitor(self.net.bottleneck.dev, self.cfg.rate_mbps, self.net.state) as mon:
             self.sleep(seconds)
             self.fidelity, self.departures = mon.stop()
-        after = dl.stats().get("pacer", {}) if dl else {}
+        stats1 = dl.stats() if dl else {}
+        line0, line1 = stats0.get("line", {}), stats1.get("line", {})
+        if line0 and line1:
+            # Late wake-ups of the line shaper beyond its catch-up allowance: capacity it lost.
+            resets = line1["clock_resets"] - line0["clock_resets"]
+            lost_ms = (line1.get("lost_ns", 0) - line0.get("lost_ns", 0)) / 1e6
+            self.fidelity["line"] = {"clock_resets": resets, "lost_ms": round(lost_ms, 3)}
+        before, after = stats0.get("pacer", {}), stats1.get("pacer", {})
         if before and after:
             # How many departures the pacer's kicks released (its counters, written every 200 ms).
             self.fidelity["pacer"] = {k: after[k] - before[k] for k in ("kicks", "hits", "send_errors")}

@@ -134,7 +134,7 @@ def test_line_shaper_is_the_delay_lines_port_with_all_delay_on_the_ack_path():
     assert p.delay_map() == [("10.0.1.1", 0.0, 20.0), ("10.0.1.2", 0.0, 40.0), ("10.0.1.3", 0.0, 87.0)]
     p.bottleneck.status_path = Path("/run/x/line-status")
     args = p.bottleneck.delayline_args()
-    limit, burst = str(50 * FRAME_BYTES), str(2 * FRAME_BYTES)
+    limit, burst = str(50 * FRAME_BYTES), str(10 * FRAME_BYTES)
     assert args == ["-L", limit, "-R", "62500000", "-B", burst, "-q", "/run/x/line-status"]
     assert p.bottleneck.own_drop_labels() == set()
 
@@ -146,7 +146,11 @@ def test_line_shaper_needs_the_delay_line():
         DumbbellConfig(shaper="line", delay_backend="netem").validate()
     with pytest.raises(UsageError, match="holds at most"):
         DumbbellConfig(shaper="line", buffer_bytes=(line.MAX_FRAMES + 1) * FRAME_BYTES).validate()
-    assert DumbbellConfig(shaper="line").shaper_burst == line.BURST_BYTES
+    # The catch-up allowance: 2 ms of the rate within 2..10 frames.
+    assert DumbbellConfig(shaper="line").shaper_burst == 10 * FRAME_BYTES  # 62.5 Mb/s
+    assert DumbbellConfig(shaper="line", rate_mbps=20).shaper_burst == 5000
+    assert DumbbellConfig(shaper="line", rate_mbps=1).shaper_burst == 2 * FRAME_BYTES
+    assert DumbbellConfig(shaper="line", rate_mbps=1000).shaper_burst == 10 * FRAME_BYTES
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from conftest import BUFSIZE, bufsize
 from test_fixedbuffer import assert_manifest
 
 from topologies import FRAME_BYTES
+from topologies.config import resolve_shaper
 
 # 20 Mb/s: these tests check the search's logic on a real link, not the emulation's speed; at 62.5
 # Mb/s a loaded CI machine's shaper fell below the 90 % of C the search demands of its reference.
@@ -30,7 +31,7 @@ def test_short_search_result_is_consistent_with_its_probes(no_leftovers, tmp_pat
     r = json.loads(res.stdout)
     assert r == json.loads((out / "result.json").read_text())
     assert res.returncode == (0 if r["valid"] else 3)
-    assert_manifest(out, r, "htb")
+    assert_manifest(out, r, resolve_shaper("auto", "delayline"))
     answer = r["buffer_packets"]
     assert r["buffer_bytes"] == answer * FRAME_BYTES
     assert 1 <= answer <= r["calibration_buffer_packets"]

@@ -37,7 +37,7 @@ def test_50_flows_over_10_hosts_establish_and_all_carry_data(no_leftovers, zero_
     with Dumbbell(cfg, "delayline") as net, LongFlows(net, 50) as flows:
         info = flows.start_info
         assert info.established == 50 and info.held_until_all_up
-        counters = InterfaceCounters(net.switch_ns, net.bottleneck.dev)
+        counters = InterfaceCounters(net.bottleneck.ns, net.bottleneck.dev)
         a = counters.read()
         time.sleep(5)
         b = counters.read()

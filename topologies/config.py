@@ -8,8 +8,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 from topologies import FRAME_BYTES
 from topologies.errors import UsageError
-from topologies.line import BURST_BYTES as LINE_BURST
 from topologies.line import check_line_buffer
+from topologies.line import default_burst_bytes as line_burst_bytes
 from topologies.machine import available_congestion_controls, delay_backend
 from topologies.units import check_buffer_bytes, check_number
 
@@ -59,7 +59,7 @@ def default_burst_bytes(shaper: str, rate_mbps: float, pacer: bool = False) -> i
     if shaper == "auto":
         raise ValueError("the shaper's burst depends on the shaper: resolve auto first (DumbbellConfig.for_backend)")
     if shaper == "line":
-        return LINE_BURST
+        return line_burst_bytes(rate_mbps)
     if shaper == "tbf":
         return TBF_BURST
     if pacer:

@@ -185,7 +185,11 @@ class Dumbbell:
 
     def set_buffer(self, buffer_bytes: int) -> None:
         """Change the bottleneck buffer in place; nothing else in the tree is touched."""
-        self.bottleneck.set_buffer(buffer_bytes)
+        try:
+            self.bottleneck.set_buffer(buffer_bytes)
+        except RunError:
+            self.check_alive()  # the line shaper's limit waits on the delay line: a dead or stopped one says so
+            raise
 
     def spawn(self, ns: str, argv: Sequence[str], what: str, **popen_kw) -> subprocess.Popen:
         """Start a program inside one of this dumbbell's namespaces, recorded for teardown; it is

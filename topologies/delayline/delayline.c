@@ -137,6 +137,7 @@ struct line_status {
 	uint64_t magic, seq, limit_bytes, backlog_bytes, backlog_frames;
 	uint64_t enq_frames, enq_bytes, sent_frames, sent_bytes, drops, clock_resets;
 	uint64_t want_gen, want_limit, applied_gen, rate_bps, burst_bytes;
+	uint64_t lost_ns; /* schedule time given up after late wake-ups (capacity lost for good) */
 };
 struct line {
 	int on;
@@ -444,6 +445,7 @@ static uint64_t line_release(struct dir *d)
 			return start;
 		status_begin(st);
 		if (t - start > line.burst_ns) { /* woken too late to catch up on all of it */
+			st->lost_ns += t - start - line.burst_ns;
 			start = t - line.burst_ns;
 			st->clock_resets++;
 		}
@@ -650,10 +652,11 @@ static void write_stats(const char *path, struct dir *fwd, struct dir *rev, cons
 	if (line.on)
 		fprintf(f,
 			", \"line\": {\"limit_bytes\": %llu, \"backlog_bytes\": %llu, \"enq_frames\": %llu, "
-			"\"sent_frames\": %llu, \"drops\": %llu, \"clock_resets\": %llu}",
+			"\"sent_frames\": %llu, \"drops\": %llu, \"clock_resets\": %llu, \"lost_ns\": %llu}",
 			(unsigned long long)line.st->limit_bytes, (unsigned long long)line.st->backlog_bytes,
 			(unsigned long long)line.st->enq_frames, (unsigned long long)line.st->sent_frames,
-			(unsigned long long)line.st->drops, (unsigned long long)line.st->clock_resets);
+			(unsigned long long)line.st->drops, (unsigned long long)line.st->clock_resets,
+			(unsigned long long)line.st->lost_ns);
 	if (p->fd >= 0)
 		fprintf(f,
 			", \"pacer\": {\"on\": %s, \"kicks\": %llu, \"hits\": %llu, \"grid_hits\": %llu, "
