@@ -7,6 +7,7 @@ point of utilization, or for the reason they cannot. Each run is a fresh `bufsiz
 leftovers named by each run are recorded beside the numbers. Resumable: finished runs are kept.
 
     .venv/bin/python bench/repeat_measure.py --runs 10 --out bench/results/repeat-800
+    .venv/bin/python bench/repeat_measure.py --runs 3 --out DIR -- --flows 200 --hosts 100 ...
 """
 
 from __future__ import annotations
@@ -36,8 +37,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--out", default="bench/results/repeat-800")
-    ap.add_argument("measure_args", nargs="*", help="arguments of bufsize measure (default: the issue's command)")
-    a = ap.parse_args()
+    # bufsize measure's own options follow a "--" (argparse would take their values as positionals).
+    mine, measure = (
+        (sys.argv[1:], [])
+        if "--" not in sys.argv
+        else (sys.argv[1 : sys.argv.index("--")], sys.argv[sys.argv.index("--") + 1 :])
+    )
+    a = ap.parse_args(mine)
+    a.measure_args = measure
     if os.geteuid() != 0:
         sys.exit("run as root")
     args = a.measure_args or DEFAULT
@@ -65,6 +72,8 @@ def main() -> int:
                 "loss_rate": r["loss_rate"],
                 "reference_rate_mbps": r["reference_rate_mbps"],
                 "frac_gt10": r["fidelity"].get("frac_gt10"),
+                "shaper": r.get("manifest", {}).get("shaper"),
+                "line_lost_ms": r["fidelity"].get("line", {}).get("lost_ms"),
                 "cpu_idle": min(p["cpu"]["idle"] for p in r["points"]),
                 "established_s": r["flows_start"]["seconds_to_all_established"],
                 "valid": r["valid"],
@@ -76,16 +85,17 @@ def main() -> int:
     lines = [
         f"# {len(rows)} identical fixed-buffer runs ({time.strftime('%Y-%m-%d %H:%M')}, {os.uname().release})",
         "",
-        f"    .venv/bin/python bench/repeat_measure.py --runs {a.runs} --out {a.out} {' '.join(a.measure_args)}",
+        f"    .venv/bin/python bench/repeat_measure.py --runs {a.runs} --out {a.out} -- {' '.join(a.measure_args)}",
         "",
         f"bufsize measure {' '.join(args)}; this invocation's wall time {time.monotonic() - t0:.0f} s.",
         "",
-        "| run | utilization | loss | reference Mb/s | gaps >10 % off | min CPU idle | all up (s) | load before "
-        "| flagged |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| run | shaper | utilization | loss | reference Mb/s | gaps >10 % off | line lost ms | min CPU idle "
+        "| all up (s) | load before | flagged |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| {r['run']} | {r['utilization']:.4f} | {r['loss_rate']:.3f} | {r['reference_rate_mbps']} | {r['frac_gt10']} "
+        f"| {r['run']} | {r['shaper']} | {r['utilization']:.4f} | {r['loss_rate']:.3f} | {r['reference_rate_mbps']} "
+        f"| {r['frac_gt10']} | {r['line_lost_ms']} "
         f"| {r['cpu_idle']} | {r['established_s']} | {r['load_before']} | {', '.join(r['flagged']) or '-'} |"
         for r in rows
     ]

@@ -218,10 +218,10 @@ def plot(results: list[dict], out: Path, title: str, ref_dir: Path = REFERENCE_D
 def make_report(d: Path, title: str | None = None) -> list[Path]:
     results = load_results(d)
     first = results[0]
-    cfg = first["config"]
+    shapers = "/".join(dict.fromkeys(r["config"]["shaper"] for r in results))  # auto may differ by N
     title = title or (
         f"Minimum buffer for {first['target']:.0%} utilization: {first['nominal_rate_mbps']:g} Mb/s, "
-        f"RTT {first['rtt_ms_for_theory']:g} ms, cc {first['cc']}, {cfg['shaper']} + {first['delay_backend']}"
+        f"RTT {first['rtt_ms_for_theory']:g} ms, cc {first['cc']}, {shapers} + {first['delay_backend']}"
     )
     rows = summary_rows(results)
     return [*plot(results, d, title), *write_table(rows, d)]

@@ -151,6 +151,15 @@ def finished(out: Path, flows: int, run: int) -> bool:
     return r is not None and r.get("flows") == flows and "buffer_packets" in r
 
 
+def sweep_shapers(spec: SweepSpec, backend: str) -> str:
+    """The shaper the sweep's points use: one name, or which N get which (auto depends on the hosts)."""
+    by_n = {n: resolve_shaper(spec.shaper, backend, spec.config(n).hosts) for n in spec.flows}
+    if len(set(by_n.values())) == 1:
+        return next(iter(by_n.values()))
+    parts = [f"{s} for N={','.join(str(n) for n in by_n if by_n[n] == s)}" for s in dict.fromkeys(by_n.values())]
+    return f"{spec.shaper}: " + "; ".join(parts)
+
+
 def open_sweep(out: Path, spec: SweepSpec, backend: str) -> None:
     """Create the sweep directory, or check that an existing one was made by the same command."""
     check_out_dir(out)
@@ -167,7 +176,7 @@ def open_sweep(out: Path, spec: SweepSpec, backend: str) -> None:
                 "re-run the same command to resume it, or choose another --out"
             )
         return
-    machine = machine_manifest(backend, spec.cc, resolve_shaper(spec.shaper, backend))
+    machine = machine_manifest(backend, spec.cc, sweep_shapers(spec, backend))
     write_json_atomic(path, {"spec": spec.to_dict(), "machine": machine})
 
 

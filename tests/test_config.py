@@ -1,6 +1,7 @@
 """Validation of what users type, without touching the machine."""
 
 import math
+import os
 
 import pytest
 
@@ -98,18 +99,22 @@ def test_explicit_burst_tbf_and_pacer_defaults():
 
 
 @pytest.mark.parametrize(
-    "requested,backend,cpus,expected",
+    "requested,backend,hosts,cpus,expected",
     [
-        ("auto", "delayline", 2, "line"),
-        ("auto", "delayline", 1, "htb"),  # one CPU: the line's spinning would starve the senders
-        ("auto", "netem", 8, "htb"),  # no delay line under netem
-        ("tbf", "delayline", 2, "tbf"),
-        ("htb", "delayline", 2, "htb"),
-        ("line", "delayline", 1, "line"),  # asked for by name: honoured
+        ("auto", "delayline", 2, 2, "line"),
+        ("auto", "delayline", 100, 2, "line"),
+        ("auto", "delayline", 101, 2, "htb"),  # the other CPU could not keep up with the traffic
+        ("auto", "delayline", 400, 2, "htb"),
+        ("auto", "delayline", 300, 4, "line"),
+        ("auto", "delayline", 2, 1, "htb"),  # one CPU: the line's spinning would starve the senders
+        ("auto", "netem", 2, 8, "htb"),  # no delay line under netem
+        ("tbf", "delayline", 2, 2, "tbf"),
+        ("htb", "delayline", 2, 2, "htb"),
+        ("line", "delayline", 400, 1, "line"),  # asked for by name: honoured
     ],
 )
-def test_auto_shaper_resolution(requested, backend, cpus, expected):
-    assert resolve_shaper(requested, backend, cpus) == expected
+def test_auto_shaper_resolution(requested, backend, hosts, cpus, expected):
+    assert resolve_shaper(requested, backend, hosts, cpus) == expected
 
 
 def test_for_backend_resolves_and_refuses_the_line_under_netem():
@@ -117,3 +122,14 @@ def test_for_backend_resolves_and_refuses_the_line_under_netem():
     assert DumbbellConfig(shaper="auto").for_backend("netem").shaper == "htb"
     with pytest.raises(UsageError, match="delay-backend delayline"):
         DumbbellConfig(shaper="line").for_backend("netem")
+
+
+def test_a_sweeps_manifest_names_the_shaper_of_each_n():
+    from buffersizing.sweep import make_spec, sweep_shapers
+
+    spec = make_spec(None, [2, 100, 800], {"shaper": "auto"}, {})
+    cpus = len(os.sched_getaffinity(0))
+    if cpus == 2:
+        assert sweep_shapers(spec, "delayline") == "auto: line for N=2,100; htb for N=800"
+    assert sweep_shapers(spec, "netem") == "htb"
+    assert sweep_shapers(make_spec(None, [2, 800], {"shaper": "tbf"}, {}), "delayline") == "tbf"

@@ -166,3 +166,5 @@ def test_auto_shaper_is_resolved_by_the_plan():
     p = plan("delayline", shaper="auto")
     assert p.cfg.shaper == ("line" if cpus >= 2 else "htb")
     assert plan("netem", shaper="auto").cfg.shaper == "htb"
+    many = plan("delayline", shaper="auto", hosts=400, rtt_ms=[87.0] * 400)
+    assert many.cfg.shaper == "htb" and not isinstance(many.bottleneck, LineBottleneck)

@@ -106,3 +106,39 @@ def test_status_page_is_read_whole_and_refuses_a_dead_line(tmp_path: Path):
         LineStatus(tmp_path / "empty", timeout=0.1)
     with pytest.raises(RunError, match="cannot be read"):
         LineStatus(tmp_path / "missing", timeout=0.1)
+
+
+def test_status_read_waits_out_a_writer_mid_update_and_gives_up_on_a_stuck_one(tmp_path: Path):
+    """The delay line can be preempted mid-update (odd sequence number): a reader retries by time,
+    returns once the update is finished, and names a writer that never finishes."""
+    import struct
+    import threading
+
+    from topologies.errors import RunError
+    from topologies.line import LAYOUT, MAGIC, OFFSET, LineStatus
+
+    page = bytearray(4096)
+    struct.pack_into("=Q", page, OFFSET["magic"], MAGIC)
+    struct.pack_into("=Q", page, OFFSET["seq"], 7)  # odd: an update under way
+    struct.pack_into("=Q", page, OFFSET["sent_frames"], 41)
+    path = tmp_path / "status"
+    path.write_bytes(bytes(page))
+    status = LineStatus(path)
+    try:
+        with pytest.raises(RunError, match="mid-update"):
+            status.read(timeout=0.2)
+
+        def finish() -> None:  # the writer gets the CPU back 50 ms later and completes the update
+            time.sleep(0.05)
+            struct.pack_into("=Q", status.map, OFFSET["sent_frames"], 42)
+            struct.pack_into("=Q", status.map, OFFSET["seq"], 8)
+
+        t0 = time.monotonic()
+        writer = threading.Thread(target=finish)
+        writer.start()
+        got = status.read(timeout=2.0)
+        writer.join()
+        assert got["sent_frames"] == 42 and got["seq"] == 8 and time.monotonic() - t0 >= 0.04
+        assert len(got) == len(LAYOUT.unpack_from(status.map, 0))
+    finally:
+        status.close()

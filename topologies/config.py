@@ -26,10 +26,15 @@ MAX_RTT_MS = 10_000.0
 TC_SHAPERS = ("htb", "tbf")
 SHAPERS = (*TC_SHAPERS, "line")
 # auto, the default: the line wherever the delay line carries the run and a CPU can be given to it.
-# Side by side on this VM it put far fewer departure gaps >10 % off than HTB at every load measured
-# (bench/results/shaper-ab.md); with one CPU its spinning would starve the senders, and under netem
-# there is no delay line, so HTB there.
+# Side by side on this VM it put far fewer departure gaps >10 % off than HTB wherever the machine had
+# CPU to spare (bench/results/shaper-ab.md); with one CPU its spinning would starve the senders, and
+# under netem there is no delay line, so HTB there. The line also needs the other CPUs to keep up with
+# the traffic: 100 sender hosts (200 flows) left the second CPU of this 2-core VM about half idle and
+# the line paced within 1.4-3.8 %, while 400 hosts (800 flows) saturated it and the line fell behind
+# (reference rate 51.8-62.4 Mb/s, 5-41 % of gaps off). So auto gives the line at most
+# LINE_MAX_HOSTS_PER_CPU sender hosts per CPU left to the traffic.
 SHAPER_CHOICES = ("auto", *SHAPERS)
+LINE_MAX_HOSTS_PER_CPU = 100
 # Bytes the shaper may send ahead of its rate. HTB's tokens are capped at its burst, so a dequeue
 # that comes late by more than the burst's worth of time loses that capacity for good: with one frame
 # the loaded 2-core VM lost 2 to 18 % of C while the queue stayed full. The HTB default is 2 ms of
@@ -45,13 +50,15 @@ HTB_MAX_BURST_FRAMES = 10
 TBF_BURST = 2 * FRAME_BYTES
 
 
-def resolve_shaper(requested: str, backend: str, cpus: int | None = None) -> str:
-    """The shaper a run uses for --shaper requested on the resolved delay backend (see SHAPER_CHOICES)."""
+def resolve_shaper(requested: str, backend: str, hosts: int, cpus: int | None = None) -> str:
+    """The shaper a run of `hosts` sender hosts uses for --shaper requested on the resolved delay
+    backend (see SHAPER_CHOICES)."""
     if requested != "auto":
         return requested
     if cpus is None:
         cpus = len(os.sched_getaffinity(0))
-    return "line" if backend == "delayline" and cpus >= 2 else "htb"
+    fits = cpus >= 2 and hosts <= LINE_MAX_HOSTS_PER_CPU * (cpus - 1)
+    return "line" if backend == "delayline" and fits else "htb"
 
 
 def default_burst_bytes(shaper: str, rate_mbps: float, pacer: bool = False) -> int:
@@ -142,7 +149,7 @@ class DumbbellConfig:
 
     def for_backend(self, backend: str) -> DumbbellConfig:
         """This config with the shaper resolved for the delay backend the run uses (netem or delayline)."""
-        cfg = replace(self, shaper=resolve_shaper(self.shaper, backend))
+        cfg = replace(self, shaper=resolve_shaper(self.shaper, backend, self.hosts))
         if cfg.shaper == "line":
             if backend != "delayline":
                 raise UsageError(

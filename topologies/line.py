@@ -64,6 +64,9 @@ def default_burst_bytes(rate_mbps: float) -> int:
 # It then runs its CPU all the time, and as a real-time task the kernel throttles it for 50 ms of
 # every second (sched_rt_runtime_us 950000): the link carried 59.4 of 62.5 Mb/s with a full queue.
 # So it runs under normal scheduling at nice -20 (62.5 Mb/s held, lateness unchanged).
+# A reader waits at most this long for the counters to hold still (the delay line's stall check,
+# delay.STALL_S, names a stopped delay line before this runs out).
+READ_TIMEOUT_S = 5.0
 SPIN_US = 1000
 RTPRIO = 0
 NICE = -20
@@ -110,14 +113,25 @@ class LineStatus:
     def _field(self, name: str) -> int:
         return struct.unpack_from("=Q", self.map, OFFSET[name])[0]
 
-    def read(self) -> dict[str, int]:
-        """Every counter, from one moment (retried while the delay line is writing)."""
-        for _ in range(10_000):
+    def read(self, timeout: float = READ_TIMEOUT_S) -> dict[str, int]:
+        """Every counter, from one moment (retried while the delay line is writing). An update takes
+        a few hundred ns, but the delay line can be preempted in the middle of one (at 800 flows
+        over 400 hosts, for tens of ms). So retry by time, not by count."""
+        deadline = time.monotonic() + timeout
+        tries = 0
+        while True:
             before = self._field("seq")
             values = LAYOUT.unpack_from(self.map, 0)
             if before % 2 == 0 and self._field("seq") == before:
                 return dict(zip(FIELDS, values, strict=True))
-        raise RunError("the line shaper's counters never held still (is the delay line spinning on them?)")
+            tries += 1
+            if tries % 1000 == 0:
+                if time.monotonic() > deadline:
+                    raise RunError(
+                        f"the line shaper's counters stayed mid-update for {timeout:.0f} s: the delay line is "
+                        "stopped or starved"
+                    )
+                time.sleep(0.0002)  # the writer was preempted: let it run
 
     def set_limit(self, limit_bytes: int, timeout: float = 5.0) -> None:
         """Ask for a new limit and wait until the delay line has taken it (it looks on every loop,
