@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,10 +58,6 @@ def measure_run(config: str, extra: list[str], duration: float) -> dict:
     }  # fmt: skip
 
 
-def one_run(name: str, burst: int, duration: float) -> dict:
-    return {"burst": burst, **measure_run(name, ["--burst-bytes", str(burst)], duration)}
-
-
 def med_range(xs: list[float], fmt: str = "{:.3f}") -> str:
     if not xs:
         return "-"
@@ -94,33 +91,59 @@ def report(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--duration", type=float, default=20)
-    ap.add_argument("--configs", default=",".join(c for c in CONFIGS if c != "n50"))
-    ap.add_argument("--out", default="bench/results/htb-burst-sweep.jsonl")
+def ab_main(
+    doc: str,
+    variants: dict,  # variant (a burst, a shaper name) -> extra options of bufsize measure
+    key: str,
+    report_rows: Callable[[list[dict]], str],
+    *,
+    runs: int,
+    duration: float,
+    configs: str,
+    out: str,
+) -> int:
+    """The command line of an A/B benchmark: each config once per variant per run, alternating
+    which variant goes first so neither always runs on a machine warmed by the other; resumable
+    (each finished run is a JSON line of --out); --report prints the table."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=runs)
+    ap.add_argument("--duration", type=float, default=duration)
+    ap.add_argument("--configs", default=configs)
+    ap.add_argument("--out", default=out)
     ap.add_argument("--report", action="store_true", help="print the table of what --out holds and exit")
     a = ap.parse_args()
     if a.report:
-        print(report([json.loads(line) for line in Path(a.out).read_text().splitlines()]))
+        print(report_rows([json.loads(line) for line in Path(a.out).read_text().splitlines()]))
         return 0
     if os.geteuid() != 0:
         sys.exit("run as root")
-    out = Path(a.out)
-    done = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
-    seen = {(r["config"], r["burst"], r["run"]) for r in done}
+    path = Path(a.out)
+    done = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    seen = {(r["config"], str(r[key]), r["run"]) for r in done}
+    names = list(variants)
     for run in range(1, a.runs + 1):
         for name in a.configs.split(","):
-            # Alternate which burst goes first so neither always runs on a machine warmed by the other.
-            for burst in BURSTS if run % 2 else BURSTS[::-1]:
-                if (name, burst, run) in seen:
+            for variant in names if run % 2 else names[::-1]:
+                if (name, str(variant), run) in seen:
                     continue
-                row = {"run": run, **one_run(name, burst, a.duration)}
-                with out.open("a") as fh:
+                row = {"run": run, key: variant, **measure_run(name, variants[variant], a.duration)}
+                with path.open("a") as fh:
                     fh.write(json.dumps(row) + "\n")
                 print(json.dumps(row), flush=True)
     return 0
+
+
+def main() -> int:
+    return ab_main(
+        __doc__,
+        {b: ["--burst-bytes", str(b)] for b in BURSTS},
+        "burst",
+        report,
+        runs=3,
+        duration=20,
+        configs=",".join(c for c in CONFIGS if c != "n50"),
+        out="bench/results/htb-burst-sweep.jsonl",
+    )
 
 
 if __name__ == "__main__":

@@ -13,15 +13,12 @@ of the JSONL file and is not repeated.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from htb_burst_ab import measure_run, med_range  # noqa: E402
+from htb_burst_ab import ab_main, med_range  # noqa: E402
 
 SHAPERS = ["htb", "line"]
 
@@ -54,31 +51,16 @@ def report(rows: list[dict]) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=2)
-    ap.add_argument("--duration", type=float, default=15)
-    ap.add_argument("--configs", default="n200,n20,n800,155mbps,200mbps")
-    ap.add_argument("--out", default="bench/results/shaper-ab.jsonl")
-    ap.add_argument("--report", action="store_true", help="print the table of what --out holds and exit")
-    a = ap.parse_args()
-    if a.report:
-        print(report([json.loads(line) for line in Path(a.out).read_text().splitlines()]))
-        return 0
-    if os.geteuid() != 0:
-        sys.exit("run as root")
-    out = Path(a.out)
-    done = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
-    seen = {(r["config"], r["shaper"], r["run"]) for r in done}
-    for run in range(1, a.runs + 1):
-        for name in a.configs.split(","):
-            for shaper in SHAPERS if run % 2 else SHAPERS[::-1]:
-                if (name, shaper, run) in seen:
-                    continue
-                row = {"run": run, "shaper": shaper, **measure_run(name, ["--shaper", shaper], a.duration)}
-                with out.open("a") as fh:
-                    fh.write(json.dumps(row) + "\n")
-                print(json.dumps(row), flush=True)
-    return 0
+    return ab_main(
+        __doc__,
+        {shaper: ["--shaper", shaper] for shaper in SHAPERS},
+        "shaper",
+        report,
+        runs=2,
+        duration=15,
+        configs="n200,n20,n800,155mbps,200mbps",
+        out="bench/results/shaper-ab.jsonl",
+    )
 
 
 if __name__ == "__main__":
