@@ -506,7 +506,7 @@ class Run:
         """One machine until its part is merged, it fails, or it is given up."""
         last_ok = time.monotonic()
         last_line = ""
-        started = False
+        started = silent = False
         while True:
             try:
                 st = r.poll()
@@ -520,12 +520,17 @@ class Run:
                     if not self.merged_here(point) and point not in r.failed:
                         r.pull(point)
                 last_ok = time.monotonic()
+                if silent:
+                    r.say("answering again")
+                silent = False
             except MachineUnreachable as e:
                 if time.monotonic() - last_ok > self.job.give_up_s:
                     r.error = f"{e}; gave up after {self.job.give_up_s:g} s without an answer"
                     r.say(f"lost: {e}")
                     return
-                r.say(f"no answer ({e}); retrying")
+                if not silent:
+                    r.say(f"no answer ({e}); retrying for up to {self.job.give_up_s:g} s")
+                silent = True
                 time.sleep(self.job.poll_s)
                 continue
             except MachineCannotRun as e:
@@ -643,7 +648,12 @@ def drive(job: Job, remotes: list[Remote], runs_per_machine: int | None, t0: flo
             r.error = str(e)
 
     in_threads(ready, first_look)
+    for r in ready:
+        if r.error is not None:
+            job.say(f"[{r.m.label}] cannot be used: {r.error}")
     ready = [r for r in ready if r.error is None]
+    if not ready:
+        raise RunError("no machine could be used (see the lines above); nothing was started")
     runner = Run(job, remotes, runs_per_machine)
     runner.plan(ready)
     in_threads(ready, runner.watch)
