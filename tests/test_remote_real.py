@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from conftest import BUFSIZE, bufsize
 
+REPO = Path(__file__).resolve().parents[1]
 SSHD = "/usr/sbin/sshd"
 PORT = 2222
 # Tiny sweeps (as tests/test_search_real.py): they test the distribution, not the emulation.
@@ -55,7 +56,7 @@ class Machine:
     def label(self) -> str:
         return f"{self.ip}:{PORT}"
 
-    def build(self, authorized_keys: Path) -> None:
+    def build(self, authorized_keys: Path, wheelhouse: Path) -> None:
         run("ip", "netns", "add", self.ns)
         run("ip", "link", "add", self.veth, "type", "veth", "peer", "name", "eth0", "netns", self.ns)
         run("ip", "addr", "add", f"{self.host_ip}/30", "dev", self.veth)
@@ -70,6 +71,9 @@ class Machine:
             "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nUsePAM no\n"
             # The test's files live under /tmp, which is world-writable: sshd's StrictModes would refuse them.
             "StrictModes no\nSubsystem sftp internal-sftp\n"
+            # The namespaces have no route to a package index: their setup.sh installs from a
+            # wheelhouse downloaded here, as a machine with a local mirror would.
+            f"SetEnv PIP_NO_INDEX=1 PIP_FIND_LINKS={wheelhouse} PIP_DISABLE_PIP_VERSION_CHECK=1\n"
         )
 
     def start(self) -> None:
@@ -133,7 +137,7 @@ def machines(tmp_path_factory):
         pytest.fail("this test needs root (namespaces, sshd)")
     if not Path(SSHD).exists():
         pytest.skip("openssh-server is not installed (./setup.sh test installs it, without starting its service)")
-    if shutil.which("git") is None or not (Path(__file__).parents[1] / ".git").exists():
+    if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("bufsize remote ships a git commit; this is not a git checkout")
     tmp = tmp_path_factory.mktemp("ssh")
     tag = f"{os.getpid() % 100000}"
@@ -147,8 +151,14 @@ def machines(tmp_path_factory):
         run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bufsize remote test", "-f", str(key))
         authorized = tmp / "authorized_keys"
         shutil.copy(tmp / "client_ed25519.pub", authorized)
+        wheelhouse = tmp / "wheelhouse"
+        got = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "-d", str(wheelhouse), "pip", "setuptools", "wheel",
+             ".[dev,remote]"], cwd=REPO, capture_output=True, text=True,
+        )  # fmt: skip
+        assert got.returncode == 0, f"pip download for the machines' setup failed: {got.stderr[-500:]}"
         for m in ms:
-            m.build(authorized)
+            m.build(authorized, wheelhouse)
             m.start()
         known = tmp / "known_hosts"
         known.write_text("".join(m.known_hosts_line() for m in ms))
