@@ -227,6 +227,8 @@ class Remote:
         self.merged: list[Point] = []
         self.failed: dict[Point, str] = {}
         self.machine_manifest: dict | None = None
+        self.started = False  # this run has looked at it once and started its part if it had to
+        self.last_line = ""  # the progress line last printed
 
     def say(self, text: str) -> None:
         self.job.say(f"[{self.m.label}] {text}")
@@ -503,22 +505,13 @@ class Run:
         self.pending = free if not idle else []
 
     def watch(self, r: Remote) -> None:
-        """One machine until its part is merged, it fails, or it is given up."""
+        """One machine until its part is merged, it fails, or it is given up. Every SSH step is inside
+        the try: a machine may stop answering at any of them."""
         last_ok = time.monotonic()
-        last_line = ""
-        started = silent = False
+        silent = False
         while True:
             try:
-                st = r.poll()
-                if not started:
-                    started = True
-                    todo = [p for p in r.owned if p not in st.done and not self.merged_here(p)]
-                    if todo and not st.alive:
-                        r.start(todo)
-                        st = r.poll()
-                for point in sorted(st.settled(), key=lambda p: (p[1], p[0])):
-                    if not self.merged_here(point) and point not in r.failed:
-                        r.pull(point)
+                outcome = self.step(r)
                 last_ok = time.monotonic()
                 if silent:
                     r.say("answering again")
@@ -537,33 +530,50 @@ class Run:
                 r.error = str(e)
                 r.say(str(e))
                 return
-            left = [p for p in r.owned if not self.merged_here(p)]
-            line = f"{len(r.owned) - len(left)}/{len(r.owned)} points merged"
-            if st.alive and st.current:
-                line += f", running N={st.current[0]} run {st.current[1]}"
-            if line != last_line:
-                r.say(line)
-                last_line = line
-            if not st.alive:
-                if any(p in st.done and not self.merged_here(p) and p not in r.failed for p in left):
-                    continue  # finished there after the last look: pull them first
-                for p in left:
-                    if p not in r.failed:
-                        r.failed[p] = r.error_of(p) if p in st.failed else r.stopped_early()
-                with self.pending_lock:
-                    more, self.pending = self.pending, []
-                if more:
-                    try:
-                        r.start(more)
-                    except (MachineUnreachable, MachineCannotRun) as e:
-                        with self.pending_lock:
-                            self.pending = more + self.pending
-                        r.error = str(e)
-                        return
-                    last_line = ""
-                    continue
+            if outcome == "done":
                 return
-            time.sleep(self.job.poll_s)
+            if outcome == "wait":
+                time.sleep(self.job.poll_s)
+
+    def step(self, r: Remote) -> str:
+        """One look at a machine: start its part the first time, pull what is settled, report.
+        'done' when its part is over, 'again' to look at once, 'wait' to look after --poll-s."""
+        st = r.poll()
+        if not r.started:
+            todo = [p for p in r.owned if p not in st.done and not self.merged_here(p)]
+            if todo and not st.alive:
+                r.start(todo)
+                st = r.poll()
+            r.started = True
+        for point in sorted(st.settled(), key=lambda p: (p[1], p[0])):
+            if not self.merged_here(point) and point not in r.failed:
+                r.pull(point)
+        left = [p for p in r.owned if not self.merged_here(p)]
+        line = f"{len(r.owned) - len(left)}/{len(r.owned)} points merged"
+        if st.alive and st.current:
+            line += f", running N={st.current[0]} run {st.current[1]}"
+        if line != r.last_line:
+            r.say(line)
+            r.last_line = line
+        if st.alive:
+            return "wait"
+        if any(p in st.done and not self.merged_here(p) and p not in r.failed for p in left):
+            return "again"  # finished there after the last look: pull them first
+        for p in left:
+            if p not in r.failed:
+                r.failed[p] = r.error_of(p) if p in st.failed else r.stopped_early()
+        with self.pending_lock:
+            more, self.pending = self.pending, []
+        if not more:
+            return "done"
+        try:
+            r.start(more)
+        except (MachineUnreachable, MachineCannotRun):
+            with self.pending_lock:
+                self.pending = more + self.pending
+            raise
+        r.last_line = ""
+        return "again"
 
 
 def run_remote(a: argparse.Namespace) -> int:
