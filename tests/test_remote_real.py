@@ -244,7 +244,9 @@ def test_split_sweep_merges_like_a_local_one(machines, no_leftovers, tmp_path):
 
     # The same points run here: the same files per point, the same JSON schema.
     local = tmp_path / "local"
+    t0 = time.monotonic()
     loc = bufsize("sweep", "--flows", "2,4", "--runs", "1", *FAST, "--out", str(local), timeout=600)
+    print(f"the same 2 points in a local sweep: {time.monotonic() - t0:.0f} s", file=sys.stderr)
     assert loc.returncode == 0, loc.stderr
     assert files(out) == files(local)
     local_manifest = json.loads((local / "manifest.json").read_text())
