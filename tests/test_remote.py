@@ -456,3 +456,14 @@ def test_resume_pulls_what_finished_there_and_restarts_only_what_did_not(tmp_pat
     packs = [re.search(r"-czf \S+/pull-(n\d+-run\d+)\.tar\.gz", c).group(1) for c in got if "-czf" in c]
     assert packs == ["n0004-run1", "n0008-run1"]  # N=2 was merged already: not pulled again
     assert json.loads((out / "n0002-run1" / "result.json").read_text())["buffer_packets"] == 7
+
+
+def test_sweep_points_option_takes_only_points_of_the_sweep():
+    from buffersizing.sweep import parse_points
+
+    spec = spec_of("--flows", "2,4", "--runs", "2", "--rate-mbps", "20", "--rtt-ms", "20")
+    assert parse_points("4:2, 2:1", spec) == [(4, 2), (2, 1)]
+    for bad, why in [("2:3", "not a point"), ("8:1", "not a point"), ("2:1,2:1", "twice"), ("2", "N:run"),
+                     ("2:x", "N:run"), ("", "N:run")]:  # fmt: skip
+        with pytest.raises(UsageError, match=why):
+            parse_points(bad, spec)
