@@ -81,13 +81,14 @@ make_venv() {
     rm -rf "$VENV"
     "$py" -m venv "$VENV"
   fi
-  local stamp="$VENV/.bufsize-installed" want
-  want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+  local stamp="$VENV/.bufsize-installed" want extras='.[dev,remote]'
+  # The stamp covers the extras too: a venv made before they changed is brought up to date.
+  want=$( (cat pyproject.toml; echo "$extras") | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -x "$VENV/bin/bufsize" ]; then
     say "installing the project and its Python dependencies into $VENV"
     "$VENV/bin/python" -m pip install -q --upgrade pip
     # remote: Fabric, for `bufsize remote` (the machine that drives cloud VMs needs it).
-    "$VENV/bin/python" -m pip install -q -e '.[dev,remote]'
+    "$VENV/bin/python" -m pip install -q -e "$extras"
     echo "$want" > "$stamp"
   else
     say "$VENV up to date"
