@@ -10,6 +10,10 @@ cd "$(dirname "$0")"
 
 APT_PACKAGES=(iproute2 ethtool bridge-utils iputils-ping iperf iperf3 mininet make gcc libc6-dev
   python3 python3-venv procps)
+# Only the test command needs these: sshd for the `bufsize remote` test (it starts its own sshd
+# processes inside its own namespaces; the package's service is never started here, and is
+# disabled if this script installed it) and vagrant to validate the Vagrantfile.
+TEST_APT_PACKAGES=(openssh-server vagrant)
 VENV=.venv
 
 say() { printf '[setup] %s\n' "$*"; }
@@ -21,7 +25,7 @@ fi
 
 install_apt() {
   local missing=()
-  for p in "${APT_PACKAGES[@]}"; do
+  for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if [ ${#missing[@]} -eq 0 ]; then
@@ -31,8 +35,21 @@ install_apt() {
   say "installing apt packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q
-  # Services that packages try to start (iperf3's, for one) are not wanted here.
-  apt-get install -y -q --no-install-recommends "${missing[@]}"
+  # Services that packages try to start (iperf3's, sshd) are not wanted here: policy-rc.d
+  # answering 101 is Debian's way to say so during an install (only if none is there already).
+  local made_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && made_policy=1
+  fi
+  local rc=0
+  apt-get install -y -q --no-install-recommends "${missing[@]}" || rc=$?
+  if [ "$made_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
+  [ "$rc" -eq 0 ] || exit "$rc"
+  # An sshd this script installed must not start at the next boot either.
+  if printf '%s\n' "${missing[@]}" | grep -qx openssh-server && command -v systemctl >/dev/null; then
+    systemctl disable ssh.service ssh.socket >/dev/null 2>&1 || true
+    say "openssh-server installed for the tests; its service is not started and is disabled"
+  fi
 }
 
 pick_python() {
@@ -64,12 +81,14 @@ make_venv() {
     rm -rf "$VENV"
     "$py" -m venv "$VENV"
   fi
-  local stamp="$VENV/.bufsize-installed" want
-  want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+  local stamp="$VENV/.bufsize-installed" want extras='.[dev,remote]'
+  # The stamp covers the extras too: a venv made before they changed is brought up to date.
+  want=$( (cat pyproject.toml; echo "$extras") | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -x "$VENV/bin/bufsize" ]; then
     say "installing the project and its Python dependencies into $VENV"
     "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install -q -e '.[dev]'
+    # remote: Fabric, for `bufsize remote` (the machine that drives cloud VMs needs it).
+    "$VENV/bin/python" -m pip install -q -e "$extras"
     echo "$want" > "$stamp"
   else
     say "$VENV up to date"
@@ -88,7 +107,8 @@ build_helpers() {
   say "helpers built (topologies/delayline/bsz-delayline)"
 }
 
-install_apt
+install_apt "${APT_PACKAGES[@]}"
+[ "${1:-}" != test ] || install_apt "${TEST_APT_PACKAGES[@]}"
 make_venv
 build_helpers
 

@@ -13,11 +13,10 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from buffersizing import model_cli, options, shell
+from buffersizing import model_cli, options, remote_cli, shell
 from buffersizing.experiment import Say, stderr_say
 from buffersizing.measure import MeasureOptions
 from buffersizing.options import add_flows_arg, add_link_args, add_measure_args, add_result_args, add_search_args
-from buffersizing.presets import PRESETS
 from buffersizing.resultdir import check_out_dir
 from topologies.cleanup import what_remains_message
 from topologies.config import DumbbellConfig
@@ -148,23 +147,13 @@ def cmd_util_table(a: argparse.Namespace) -> int:
 
 def cmd_sweep(a: argparse.Namespace) -> int:
     from buffersizing.report import make_report
-    from buffersizing.sweep import make_spec, run_sweep
+    from buffersizing.sweep import parse_points, run_sweep, spec_from_args
 
-    flows = options.parse_flow_list(a.flows) if a.flows is not None else None
-    keys = ("runs", "rate_mbps", "rtt_ms", "cc", "shaper", "burst_bytes", "delay_backend", "access_mbps", "pacer")
-    overrides = {k: getattr(a, k) for k in keys} | {
-        "max_hosts": a.hosts,
-        "samples": a.samples,
-        "resolution": a.resolution,
-        "max_samples": a.max_samples,
-    }
-    search = {"target": a.target, "relative_to": a.relative_to, "settle_s": a.settle_s, "sample_s": a.sample_s,
-              "alpha": a.alpha, "max_buffer_packets": a.max_buffer_packets, "first_guess": not a.no_first_guess,
-              "tool": a.tool, "fidelity_s": a.fidelity_s}  # fmt: skip
-    spec = make_spec(a.preset, flows, overrides, search)
+    spec = spec_from_args(a)
+    only = parse_points(a.points, spec) if a.points is not None else None
     out = check_out_dir(a.out)
     require_root()
-    res = run_sweep(out, spec, delay_backend(spec.delay_backend, spec.shaper))
+    res = run_sweep(out, spec, delay_backend(spec.delay_backend, spec.shaper), only=only)
     if res["finished"]:
         for path in make_report(out):
             print(f"wrote {path}")
@@ -234,14 +223,9 @@ def build_parser() -> Parser:
     s.add_argument("--print-config", action="store_true", help="print the resolved configuration as JSON and exit")
 
     w = command("sweep", cmd_sweep, "one search per (N, run) into a resumable sweep directory, then plot it")
-    w.add_argument("--preset", choices=PRESETS, help="quick (the main job), full, or theory (reno); flags override")
-    w.add_argument("--flows", help="numbers of flows, comma-separated, e.g. 2,10,50,200,800")
-    w.add_argument("--runs", type=int, help="searches per N (default 1)")
-    w.add_argument("--hosts", type=int, help="most sender hosts; each point uses min(N, this) (default 400)")
-    add_link_args(w, rate=None, rtt=None, cc=None)
-    add_search_args(w)
-    w.set_defaults(samples=None, resolution=None, max_samples=None)
+    options.add_sweep_args(w)
     w.add_argument("--out", required=True, help="sweep directory; re-running the same command resumes it")
+    w.add_argument("--points", help="only these N:run points of the sweep, e.g. 2:1,10:1 (what bufsize remote uses)")
 
     pl = command("plot", cmd_plot, "a sweep directory: figure and table; one run's directory: its monitor plots")
     pl.add_argument("dir")
@@ -263,6 +247,7 @@ def build_parser() -> Parser:
 
     model_cli.add_parser(sub)
     shell.add_parser(sub)
+    remote_cli.add_parser(sub)
     command("clean", cmd_clean, "remove what a killed run left behind (only the toolkit's own)")
     q = command("quick", cmd_quick, "the main job of ./setup.sh quick")
     q.add_argument("--out", default="results/quick", help="a timestamped run directory is made in here")

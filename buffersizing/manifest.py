@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import time
 from pathlib import Path
 
@@ -14,12 +15,19 @@ from topologies.machine import available_congestion_controls, kernel_has_module,
 from topologies.proc import run
 
 REPO = Path(__file__).resolve().parents[1]
+# `bufsize remote` ships a commit as `git archive` output, which has no .git: it writes the commit
+# it shipped here, so results made from that copy still name their commit.
+SHIPPED_COMMIT = REPO / ".bufsize-commit"
 
 
 def project_commit() -> str:
     res = run(["git", "-C", str(REPO), "rev-parse", "HEAD"], check=False)
     if res.returncode != 0:
-        return "unknown (not a git checkout)"
+        try:
+            shipped = SHIPPED_COMMIT.read_text().strip()
+        except OSError:
+            return "unknown (not a git checkout)"
+        return shipped if re.fullmatch(r"[0-9a-f]{40}", shipped) else "unknown (not a git checkout)"
     dirty = run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"], check=False).stdout.strip()
     return res.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
 
@@ -27,6 +35,7 @@ def project_commit() -> str:
 def machine_manifest(backend: str, cc: str, shaper: str | None = None, pacer: bool | None = None) -> dict:
     return {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        "host": platform.node(),  # which machine (bufsize remote merges points from several)
         "kernel": os.uname().release,
         "machine": platform.machine(),
         "cpus": os.cpu_count(),

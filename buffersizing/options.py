@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from buffersizing.presets import PRESETS
 from topologies import FRAME_BYTES
 from topologies.config import DELAY_BACKENDS, MAX_HOSTS, PACER_DEFAULT, SHAPER_CHOICES, DumbbellConfig, parse_rtts
 from topologies.errors import UsageError
@@ -104,6 +105,17 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-first-guess", action="store_true", help="do not probe RTT*C/sqrt(N) first")
     add_tool_arg(p)
     p.add_argument("--fidelity-s", type=float, default=2.0, help="seconds of pacing trace at calibration (0: skip)")
+
+
+def add_sweep_args(p: argparse.ArgumentParser) -> None:
+    """What describes a sweep (bufsize sweep, bufsize remote): a preset, N, runs, the link and the search."""
+    p.add_argument("--preset", choices=PRESETS, help="quick (the main job), full, or theory (reno); flags override")
+    p.add_argument("--flows", help="numbers of flows, comma-separated, e.g. 2,10,50,200,800")
+    p.add_argument("--runs", type=int, help="searches per N (default 1)")
+    p.add_argument("--hosts", type=int, help="most sender hosts; each point uses min(N, this) (default 400)")
+    add_link_args(p, rate=None, rtt=None, cc=None)
+    add_search_args(p)
+    p.set_defaults(samples=None, resolution=None, max_samples=None)
 
 
 def add_measure_args(p: argparse.ArgumentParser) -> None:

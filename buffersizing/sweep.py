@@ -11,6 +11,7 @@ skips those, so a killed sweep loses at most the point it was in.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from buffersizing.dynamics import estimate_search_seconds
 from buffersizing.manifest import machine_manifest
+from buffersizing.options import parse_flow_list
 from buffersizing.presets import preset
 from buffersizing.resultdir import check_out_dir, read_finished, write_json_atomic
 from buffersizing.search import SearchOptions, run_search
@@ -136,6 +138,38 @@ def make_spec(preset_name: str | None, flows: list[int] | None, overrides: dict,
     return spec
 
 
+def spec_from_args(a: argparse.Namespace) -> SweepSpec:
+    """The sweep the options of options.add_sweep_args describe (bufsize sweep and bufsize remote)."""
+    flows = parse_flow_list(a.flows) if a.flows is not None else None
+    keys = ("runs", "rate_mbps", "rtt_ms", "cc", "shaper", "burst_bytes", "delay_backend", "access_mbps", "pacer")
+    overrides = {k: getattr(a, k) for k in keys} | {
+        "max_hosts": a.hosts,
+        "samples": a.samples,
+        "resolution": a.resolution,
+        "max_samples": a.max_samples,
+    }
+    search = {"target": a.target, "relative_to": a.relative_to, "settle_s": a.settle_s, "sample_s": a.sample_s,
+              "alpha": a.alpha, "max_buffer_packets": a.max_buffer_packets, "first_guess": not a.no_first_guess,
+              "tool": a.tool, "fidelity_s": a.fidelity_s}  # fmt: skip
+    return make_spec(a.preset, flows, overrides, search)
+
+
+def parse_points(text: str, spec: SweepSpec) -> list[tuple[int, int]]:
+    """`--points 2:1,10:1`: a subset of the sweep's (N, run) points, each one of them, none twice."""
+    points: list[tuple[int, int]] = []
+    for part in text.split(","):
+        n, sep, r = part.strip().partition(":")
+        if not (sep and n.isdigit() and r.isdigit()):
+            raise UsageError(f"--points {text}: expected N:run pairs separated by commas, like 2:1,10:1")
+        point = (int(n), int(r))
+        if point not in spec.points():
+            raise UsageError(f"--points {text}: N={n} run {r} is not a point of this sweep (its --flows and --runs)")
+        if point in points:
+            raise UsageError(f"--points {text}: N={n} run {r} is listed twice")
+        points.append(point)
+    return points
+
+
 def point_dir(out: Path, flows: int, run: int) -> Path:
     return out / f"n{flows:04d}-run{run}"
 
@@ -180,11 +214,18 @@ def open_sweep(out: Path, spec: SweepSpec, backend: str) -> None:
     write_json_atomic(path, {"spec": spec.to_dict(), "machine": machine})
 
 
-def run_sweep(out: Path, spec: SweepSpec, backend: str, log: Callable[[str], None] | None = None) -> dict:
+def run_sweep(
+    out: Path,
+    spec: SweepSpec,
+    backend: str,
+    log: Callable[[str], None] | None = None,
+    only: list[tuple[int, int]] | None = None,
+) -> dict:
+    """Every point of the sweep, or `only` those (in the sweep's order; another machine runs the rest)."""
     say = log or (lambda s: print(s, file=sys.stderr, flush=True))
     spec.validate()
     open_sweep(out, spec, backend)
-    points = spec.points()
+    points = [p for p in spec.points() if only is None or p in only]
     todo = [(n, r) for n, r in points if not finished(out, n, r)]
     if len(todo) < len(points):
         say(f"resuming {out}: {len(points) - len(todo)} of {len(points)} points already finished, skipped")

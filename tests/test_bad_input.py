@@ -37,7 +37,7 @@ LISTS = {
     "--multiples": [",", "1,,2", "1;2", "1,x", "nan,1", "1,inf", "1,-2", "0,1", "1,1", "1,1e308", "1e-9,1"],
     "--rtt-ms": ["1,,2", "20,40,60", "300..20", "1..", "..2", "1..2..3", "nan..5", "5..inf", "-1..5", "20;40"],
 }
-LIST_OPTIONS = {("sweep", "--flows"), ("util-table", "--flows"), ("util-table", "--multiples")}
+LIST_OPTIONS = {("sweep", "--flows"), ("remote", "--flows"), ("util-table", "--flows"), ("util-table", "--multiples")}
 MODEL_LISTS = {
     "--rtt-ms": [",", "1,,2", "nan,5", "0,5", "-1,5", "5,inf", "5;6"],
     "--buffer-packets": [",", "1,,2", "x,1", "nan", "1,inf", "-1,2", "1;2"],
@@ -53,6 +53,8 @@ BASE = {
     "util-table": ["--out", OUT],
     "model": ["--flows", "10"],
     "shell": [],
+    # --known-hosts: any readable file passes validation (its keys are read when connecting).
+    "remote": ["--out", OUT, "--flows", "2", "--machine", "192.0.2.1", "--known-hosts", __file__, "--commit", "HEAD"],
 }
 # Any text is a valid plot title; --out is any path and has its own cases below.
 NOT_IN_MATRIX = {"--title", "--out"}
@@ -62,17 +64,21 @@ NOT_IN_MATRIX = {"--title", "--out"}
 VALID: dict[tuple[str, str], set[str]] = {
     # 0 leaves the access links unshaped.
     **{(c, "--access-mbps"): {"0"} for c in ("verify", "flows", "search", "sweep", "measure", "util-table", "shell")},
-    **{(c, "--fidelity-s"): {"0"} for c in ("search", "sweep", "measure", "util-table")},  # 0 skips the trace
+    ("remote", "--access-mbps"): {"0"},
+    **{(c, "--fidelity-s"): {"0"} for c in ("search", "sweep", "remote", "measure", "util-table")},  # 0 skips the trace
     **{(c, "--reference-s"): {"0"} for c in ("measure", "util-table")},  # 0 skips the reference
     # measure may sample right after a buffer change; search only asks for a positive settle time.
     **{(c, "--settle-s"): {"0", "1e-9"} for c in ("measure", "util-table")},
-    **{(c, "--settle-s"): {"1e-9"} for c in ("search", "sweep")},
+    **{(c, "--settle-s"): {"1e-9"} for c in ("search", "sweep", "remote")},
     # 0 means: stop when the bracket is one packet wide.
-    **{(c, "--resolution"): {"0", "1e-9"} for c in ("search", "sweep")},
+    **{(c, "--resolution"): {"0", "1e-9"} for c in ("search", "sweep", "remote")},
     # verify, flows and shell build a dumbbell: no added delay is a valid one. (search, sweep,
     # measure and util-table refuse RTT 0: their calibration or reference buffer is 2 BDP = 0.)
     **{(c, "--rtt-ms"): {"0"} for c in ("verify", "flows", "shell")},
-    **{(c, "--max-samples"): {"0"} for c in ("search", "sweep")},  # 0: a fixed count per probe
+    **{(c, "--max-samples"): {"0"} for c in ("search", "sweep", "remote")},  # 0: a fixed count per probe
+    # Syntactically valid host names (whether they resolve is found out when connecting).
+    ("remote", "--machine"): {"nan", "inf", "0", "1e308", "9" * 30, "1e-9"},
+    ("remote", "--give-up-s"): {"0", "1e-9"},  # 0: give a silent machine up at the first miss
     ("model", "--buffer-packets"): {"0", "1e-9"},  # the fluid model takes any buffer from none up
     ("model", "--load"): {"1e-9"},  # any load strictly between 0 and 1
 }
@@ -157,6 +163,7 @@ def in_process(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(cli, "require_root", tripwire)
     monkeypatch.setattr(cli, "delay_backend", tripwire)
     monkeypatch.setattr(shell, "require_root", tripwire)
+    monkeypatch.setattr("buffersizing.remote.check_out_dir", tripwire)  # remote: past validation, commit included
     monkeypatch.setattr("topologies.config.delay_backend", tripwire)  # DumbbellConfig.backend()
     monkeypatch.setattr("topologies.machine.qdisc_support", tripwire)
     monkeypatch.setattr(cli.signal, "signal", lambda *a: None)  # main's handlers are for a whole process
