@@ -67,7 +67,7 @@ from buffersizing.remote_plan import (
 )
 from buffersizing.remote_ssh import SSH_ERRORS, MachineCannotRun, MachineUnreachable, connect, explain, q, sh
 from buffersizing.resultdir import check_out_dir
-from buffersizing.sweep import SweepSpec, clock, finished, spec_from_args
+from buffersizing.sweep import SweepSpec, clock, existing_manifest, finished, spec_from_args
 from topologies.errors import RunError, UsageError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -129,24 +129,6 @@ def check_remote_dir(template: str) -> str:
             "(letters, digits, . _ - / and {machine} only)"
         )
     return norm
-
-
-def check_existing(out: Path, spec: SweepSpec) -> dict | None:
-    path = out / "manifest.json"
-    if not path.exists():
-        return None
-    try:
-        old = json.loads(path.read_text())
-        spec_old = old["spec"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise UsageError(f"{path} is not a sweep manifest ({e}); choose another --out") from e
-    if spec_old != spec.to_dict():
-        diff = sorted(k for k in set(spec_old) | set(spec.to_dict()) if spec_old.get(k) != spec.to_dict().get(k))
-        raise UsageError(
-            f"{out} holds a sweep with different settings ({', '.join(diff)}); "
-            "re-run the same command to resume it, or choose another --out"
-        )
-    return old
 
 
 @contextlib.contextmanager
@@ -596,7 +578,7 @@ def run_remote(a: argparse.Namespace) -> int:
         raise UsageError("--remote-dir: machines on one address share a filesystem: put {machine} in it")
     commit = resolve_commit(a.commit)
     out = check_out_dir(a.out)
-    check_existing(out, spec)
+    existing_manifest(out, spec)  # refuses a sweep of other settings
     lock = threading.Lock()
 
     def say(text: str) -> None:

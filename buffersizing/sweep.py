@@ -194,21 +194,31 @@ def sweep_shapers(spec: SweepSpec, backend: str) -> str:
     return f"{spec.shaper}: " + "; ".join(parts)
 
 
+def existing_manifest(out: Path, spec: SweepSpec) -> dict | None:
+    """The manifest of a sweep already in `out` (None if there is none), refused unless the same
+    settings made it (bufsize sweep and bufsize remote resume only their own sweep)."""
+    path = out / "manifest.json"
+    if not path.exists():
+        return None
+    try:
+        manifest = json.loads(path.read_text())
+        old = manifest["spec"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UsageError(f"{path} is not a sweep manifest ({e}); choose another --out") from e
+    if old != spec.to_dict():
+        diff = sorted(k for k in set(old) | set(spec.to_dict()) if old.get(k) != spec.to_dict().get(k))
+        raise UsageError(
+            f"{out} holds a sweep with different settings ({', '.join(diff)}); "
+            "re-run the same command to resume it, or choose another --out"
+        )
+    return manifest
+
+
 def open_sweep(out: Path, spec: SweepSpec, backend: str) -> None:
     """Create the sweep directory, or check that an existing one was made by the same command."""
     check_out_dir(out)
     path = out / "manifest.json"
-    if path.exists():
-        try:
-            old = json.loads(path.read_text())["spec"]
-        except (OSError, ValueError, KeyError) as e:
-            raise UsageError(f"{path} is not a sweep manifest ({e}); choose another --out") from e
-        if old != spec.to_dict():
-            diff = sorted(k for k in set(old) | set(spec.to_dict()) if old.get(k) != spec.to_dict().get(k))
-            raise UsageError(
-                f"{out} holds a sweep with different settings ({', '.join(diff)}); "
-                "re-run the same command to resume it, or choose another --out"
-            )
+    if existing_manifest(out, spec) is not None:
         return
     machine = machine_manifest(backend, spec.cc, sweep_shapers(spec, backend))
     write_json_atomic(path, {"spec": spec.to_dict(), "machine": machine})
