@@ -31,7 +31,7 @@ SHAPERS = (*TC_SHAPERS, "line")
 # under netem there is no delay line, so HTB there. The line also needs the other CPUs to keep up with
 # the traffic: 100 sender hosts (200 flows) left the second CPU of this 2-core VM about half idle and
 # the line paced within 1.4-3.8 %, while 400 hosts (800 flows) saturated it and the line fell behind
-# (reference rate 51.8-62.4 Mb/s, 5-41 % of gaps off). So auto gives the line at most
+# (reference rate 53.4-62.4 Mb/s, 5-41 % of gaps off). So auto gives the line at most
 # LINE_MAX_HOSTS_PER_CPU sender hosts per CPU left to the traffic.
 SHAPER_CHOICES = ("auto", *SHAPERS)
 LINE_MAX_HOSTS_PER_CPU = 100
