@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from buffersizing import model_cli, options, remote_cli, shell
+from buffersizing import model_cli, options, remote_cli, shell, shortflow_cli
 from buffersizing.experiment import Say, stderr_say
 from buffersizing.measure import MeasureOptions
 from buffersizing.options import add_flows_arg, add_link_args, add_measure_args, add_result_args, add_search_args
@@ -248,6 +248,7 @@ def build_parser() -> Parser:
     model_cli.add_parser(sub)
     shell.add_parser(sub)
     remote_cli.add_parser(sub)
+    shortflow_cli.add_parser(sub)
     command("clean", cmd_clean, "remove what a killed run left behind (only the toolkit's own)")
     q = command("quick", cmd_quick, "the main job of ./setup.sh quick")
     q.add_argument("--out", default="results/quick", help="a timestamped run directory is made in here")

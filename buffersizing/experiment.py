@@ -90,6 +90,7 @@ class Experiment:
         self.partial: Callable[[], dict] = dict  # the experiment's own data so far, saved if it fails
         self.write_partial: Callable[[Path], None] | None = None  # its own files so far (samples.csv)
         self.leftovers: list[str] = []  # what dead runs left on the machine when this one began
+        self.checks: list[Callable[[], None]] = []  # the experiment's own health checks (its processes)
         self.t_wall = time.monotonic()
 
     # ---- life cycle --------------------------------------------------------------------------
@@ -139,13 +140,18 @@ class Experiment:
         self.started = self.flows.start()
         self.say(f"  {self.started.established} flows established in {self.started.seconds_to_all_established} s")
         ports = range(min(self.flows.ports), max(self.flows.ports) + 1) if self.flows.ports else None
+        self.start_recorder(ports)
+        return self.flows
+
+    def start_recorder(self, ports: range | None) -> None:
+        """The recorder on the bottleneck; cwnd of the flows on `ports` (None: no flows to trace)."""
+        assert self.net is not None
         try:
             self.recorder = Recorder(self.net.bottleneck, ports, self.net.state).start()
         except (OSError, LookupError) as e:
             if self.require_recorder:
                 raise RunError(f"the queue monitor could not start: {e}") from e
             self.say(f"  queue monitor not started: {e}")
-        return self.flows
 
     def check_leftovers(self) -> None:
         """Name what dead runs left (a spinning delay line, iperf, raised sysctls skew a measurement)
@@ -166,6 +172,8 @@ class Experiment:
             self.net.check_alive()
         if self.flows is not None:
             self.flows.check_processes()
+        for check in self.checks:
+            check()
 
     def sleep(self, seconds: float) -> None:
         """Sleep, checking the run's health several times a second (a fault ends it promptly)."""
@@ -207,7 +215,7 @@ class Experiment:
 
     def flags(self, reference_mbps: float | None, cpu_idle_min: float | None) -> dict[str, bool | None]:
         """The validity checks every experiment makes; None where a check could not be made."""
-        assert self.started is not None and self.drops is not None
+        assert self.drops is not None
         monitors = self.monitors_summary()
         queue_hz = monitors.get("queue", {}).get("rate_hz")
         fid = self.fidelity
@@ -215,8 +223,8 @@ class Experiment:
             "reference_near_nominal": (
                 reference_mbps >= GOOD_REFERENCE * self.cfg.rate_mbps if reference_mbps is not None else None
             ),
-            "flows_held_until_all_up": self.started.held_until_all_up,
-            "congestion_control_as_asked": set(self.congestion_controls) == {self.cfg.cc},
+            "flows_held_until_all_up": self.started.held_until_all_up if self.started else None,
+            "congestion_control_as_asked": (set(self.congestion_controls) == {self.cfg.cc} if self.started else None),
             "no_drops_outside_bottleneck": self.drops.outside_total == 0,
             "cpu_idle_enough": cpu_idle_min is None or cpu_idle_min >= MIN_IDLE,
             "pacing_fidelity_ok": fid["frac_gt10"] <= MAX_FIDELITY_GT10 if fid.get("available") else None,
@@ -234,11 +242,11 @@ class Experiment:
         write_extra: Callable[[Path], None] | None = None,
     ) -> dict:
         """The result: the experiment's fields and flags, then what every result carries; written to --out."""
-        assert self.started is not None and self.drops is not None
+        assert self.drops is not None
         flags = own_flags | self.flags(reference_mbps, cpu_idle_min)
         result = {
             "kind": self.kind,
-            "flows": self.started.flows,
+            "flows": self.started.flows if self.started else 0,
             "hosts": self.cfg.hosts,
             "cc": self.cfg.cc,
             "nominal_rate_mbps": self.cfg.rate_mbps,
@@ -248,7 +256,9 @@ class Experiment:
             "flags": flags,
             "wall_seconds": round(time.monotonic() - self.t_wall, 1),
             "delay_backend": self.backend,
-            "flows_start": asdict(self.started) | {"congestion_controls_seen": self.congestion_controls},
+            "flows_start": (
+                asdict(self.started) | {"congestion_controls_seen": self.congestion_controls} if self.started else None
+            ),
             "fidelity": self.fidelity,
             "drops": self.drops.to_dict(),
             "monitors": self.monitors_summary(),

@@ -238,6 +238,10 @@ def plot_dir(given: str | Path, title: str | None = None) -> list[Path]:
         from monitors.plots import plot_run
 
         paths = plot_run(d, title)
+        if (d / "transfers.csv").exists():  # a `bufsize shortflows` run
+            from buffersizing.shortflow_plots import plot_shortflows
+
+            paths += plot_shortflows(d)
         if not paths:
             raise UsageError(f"{d}: no monitor data (queue.csv, rate.csv, ...) to plot")
         return paths

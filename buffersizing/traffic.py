@@ -52,6 +52,24 @@ def check_iperf2() -> None:
         )
 
 
+def parse_bytes_acked(ss_out: str) -> dict[str, int]:
+    """`ss -Htin` output: each connection's address line, then its info line with bytes_acked."""
+    acked: dict[str, int] = {}
+    local = None
+    for line in ss_out.splitlines():
+        fields = line.split()
+        if not fields:
+            continue
+        if "rto:" in line or line[0].isspace():
+            if local is not None:
+                value = next((f.split(":", 1)[1] for f in fields if f.startswith("bytes_acked:")), "0")
+                acked[local] = int(value)
+                local = None
+        elif len(fields) >= 4:
+            local = fields[2]  # Recv-Q, Send-Q, local address:port, peer address:port
+    return acked
+
+
 def established(net: Dumbbell, ports: list[int]) -> int:
     """TCP connections in ESTABLISHED state on the receiver for the given server ports."""
     flt = " or ".join(f"sport = :{p}" for p in ports)
@@ -257,6 +275,17 @@ class LongFlows:
                     name = next((t for t in line.split() if t in known), "unknown")
                     counts[name] = counts.get(name, 0) + 1
         return counts
+
+    def bytes_acked(self) -> dict[str, int]:
+        """Bytes acknowledged so far on every long flow (its sender's address:port), from `ss -ti`."""
+        acked: dict[str, int] = {}
+        flt = " or ".join(f"dport = :{p}" for p in self.ports)
+        for h, k in zip(self.net.hosts, self.per_host, strict=True):
+            if k == 0:
+                continue
+            out = run(netns.in_ns(h.ns, ["ss", "-Htin", "state", "established", f"( {flt} )"])).stdout
+            acked |= parse_bytes_acked(out)
+        return acked
 
     def stop(self, grace: float = 2.0) -> None:
         # One grace period for all: with the path broken (delay line dead) iperf may not act on

@@ -191,6 +191,32 @@ class Dumbbell:
             self.check_alive()  # the line shaper's limit waits on the delay line: a dead or stopped one says so
             raise
 
+    def set_initcwnd(self, packets: int) -> None:
+        """Every sender's initial congestion window toward the receiver (a host route with initcwnd):
+        seed 000's short-flow model assumes 2 packets, Linux starts at 10."""
+        if not 1 <= packets <= 1000:
+            raise RunError(f"initial window {packets}: must be from 1 to 1000 packets")
+        run_parallel(
+            [
+                (
+                    [
+                        "ip",
+                        "-n",
+                        h.ns,
+                        "route",
+                        "replace",
+                        f"{self.receiver_ip}/32",
+                        "dev",
+                        h.dev,
+                        "initcwnd",
+                        str(packets),
+                    ],
+                    "",
+                )
+                for h in self.hosts
+            ]
+        )
+
     def spawn(self, ns: str, argv: Sequence[str], what: str, **popen_kw) -> subprocess.Popen:
         """Start a program inside one of this dumbbell's namespaces, recorded for teardown; it is
         killed if this process dies (call from the main thread: see proc.die_with_parent)."""

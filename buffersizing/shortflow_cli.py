@@ -1,0 +1,74 @@
+"""The `bufsize shortflows` subcommand: its options and dispatch (the experiment is shortflow_run.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from buffersizing import options
+from buffersizing.resultdir import check_out_dir
+from buffersizing.shortflow_run import SHORT_WARMUP_S, ShortFlowOptions, format_shortflows, run_shortflows
+from buffersizing.workload import DEFAULT_CAP_BYTES, Workload
+from topologies.errors import UsageError
+from topologies.machine import require_root
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "shortflows",
+        help="short-lived flows (open or closed loop, with or without long flows) at one buffer: "
+        "completion times, loss, the queue's tail",
+    )
+    options.add_topology_args(p)
+    p.add_argument("--flows", type=int, default=0, help="long-lived flows beside the short ones (default 0)")
+    p.add_argument(
+        "--sizes",
+        default="fixed:14",
+        help="transfer sizes: fixed:L, exp:MEAN, expmix:P@M+..., pareto:ALPHA:MIN, lnpareto:MU:SIGMA:CUT:ALPHA:PTAIL"
+        " or web; lengths in packets (14) or bytes (20KB) (default fixed:14)",
+    )
+    p.add_argument("--load", type=float, default=0.0, help="open loop: Poisson arrivals offering this share of C")
+    p.add_argument("--users", type=int, default=0, help="closed loop: users who transfer, think and repeat")
+    p.add_argument("--think-s", type=float, default=1.0, help="closed loop: mean think time, exponential (default 1)")
+    p.add_argument("--transfers", type=int, help="stop after this many arrivals (open loop) or per user (closed loop)")
+    p.add_argument("--duration", type=float, help="stop starting transfers after this many seconds")
+    p.add_argument("--warmup-s", type=float, default=SHORT_WARMUP_S,
+                   help=f"seconds of short flows before the measured window (default {SHORT_WARMUP_S:g})")  # fmt: skip
+    p.add_argument("--long-warmup-s", type=float,
+                   help="seconds the long flows run before the short ones (default: one cycle, >= 15)")  # fmt: skip
+    p.add_argument("--initcwnd", type=int, help="senders' initial window in packets (default: the kernel's, 10)")
+    p.add_argument("--seed", type=int, default=1, help="random seed of arrivals and sizes (default 1)")
+    p.add_argument("--max-size", type=float, default=DEFAULT_CAP_BYTES, help="cap on a transfer's bytes (default 1e7)")
+    p.add_argument("--timeout-s", type=float, default=120.0, help="a transfer not done by then is failed (default 120)")
+    options.add_tool_arg(p)
+    p.add_argument("--fidelity-s", type=float, default=0.0, help="seconds of pacing trace in the window (default 0)")
+    options.add_result_args(p, "result.json, transfers.csv, the monitors' CSVs and plots")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(a: argparse.Namespace) -> int:
+    if a.buffer_bytes is None and a.buffer_packets is None:
+        raise UsageError("give the buffer under study: --buffer-packets or --buffer-bytes")
+    if not (a.max_size == int(a.max_size)):
+        raise UsageError(f"--max-size {a.max_size:g}: must be a whole number of bytes")
+    workload = Workload(
+        sizes=a.sizes, load=a.load, users=a.users, think_s=a.think_s, transfers=a.transfers,
+        duration_s=a.duration, seed=a.seed, cap_bytes=int(a.max_size), timeout_s=a.timeout_s,
+    )  # fmt: skip
+    opts = ShortFlowOptions(
+        workload, a.flows, a.warmup_s, a.initcwnd, a.tool, a.fidelity_s, long_warmup_s=a.long_warmup_s
+    )
+    opts.validate()
+    cfg = options.config_from_args(a)
+    require_root()
+    out = None
+    if a.out is not None:
+        out = check_out_dir(a.out)
+        if (out / "result.json").exists() and not a.force:
+            raise UsageError(f"--out {out} already holds a result.json; choose another directory or add --force")
+    assert cfg.buffer_bytes is not None
+    result = run_shortflows(cfg, cfg.backend(), cfg.buffer_bytes, opts, out, log=(lambda s: None) if a.json else None)
+    print(json.dumps(result, indent=1) if a.json else format_shortflows(result, Path(a.out) if a.out else None))
+    return 0 if result["valid"] else 3

@@ -1,0 +1,101 @@
+"""Short-lived flows over a real dumbbell: every transfer recorded once, with what the kernel saw."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import time
+from collections import Counter
+
+import pytest
+
+from buffersizing.shortflows import ShortFlows
+from buffersizing.workload import MSS_BYTES, Workload
+from tests.conftest import bufsize
+from topologies.config import DumbbellConfig
+from topologies.dumbbell import Dumbbell
+
+RTT_S = 0.02
+LINK = ["--hosts", "3", "--rate-mbps", "20", "--rtt-ms", "20", "--cc", "reno", "--buffer-packets", "100"]
+
+
+@pytest.mark.integration
+def test_every_transfer_is_recorded_once_with_the_initial_window_asked(no_leftovers, tmp_path):
+    out = tmp_path / "sf"
+    res = bufsize(
+        "shortflows", *LINK, "--sizes", "fixed:6", "--load", "0.3", "--users", "3", "--think-s", "0.05",
+        "--transfers", "20", "--initcwnd", "4", "--warmup-s", "0", "--out", str(out), "--json", timeout=240,
+    )  # fmt: skip
+    assert res.returncode in (0, 3), res.stderr
+    r = json.loads(res.stdout)
+    # 20 open-loop arrivals and 20 transfers for each of 3 users: exactly 80, all done, none lost.
+    assert r["transfers"]["all"] == {"started": 80, "done": 80, "failed": 0, "unfinished": 0}
+    assert r["transfers"]["generator"]["counts"]["connections_without_transfer"] == 0
+    with (out / "transfers.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(int(x["id"]) for x in rows) == list(range(1, 81))
+    assert Counter(x["kind"] for x in rows) == {"open": 20, "closed": 60}
+    assert Counter(x["user"] for x in rows if x["kind"] == "closed") == {"0": 20, "1": 20, "2": 20}
+    # Open-loop arrivals go to the hosts in turn; user u lives on host u mod 3 + 1.
+    assert Counter(x["host"] for x in rows if x["kind"] == "open") == {"h1": 7, "h2": 7, "h3": 6}
+    assert {(x["user"], x["host"]) for x in rows if x["kind"] == "closed"} == {("0", "h1"), ("1", "h2"), ("2", "h3")}
+    assert {int(x["size_bytes"]) for x in rows} == {6 * MSS_BYTES}
+    assert {int(x["init_cwnd"]) for x in rows} == {4} and {int(x["mss"]) for x in rows} == {MSS_BYTES}
+    # With an initial window of 4, six packets take two rounds after the handshake's: at least 2 RTT.
+    fct = [float(x["fct_s"]) for x in rows]
+    assert min(fct) >= 2 * RTT_S * 0.95, min(fct)
+    for x in rows:
+        assert float(x["t_start"]) <= float(x["t_connected"]) <= float(x["t_end"])
+        assert float(x["t_connected"]) - float(x["t_start"]) >= RTT_S * 0.95  # the handshake's round trip
+    assert r["fct_by_size"][0]["transfers"] == 80 and r["fct_by_size"][0]["packets"] == "6"
+    assert r["transfers"]["initial_windows"] == {"4": 80}
+    assert r["model"]["available"] and r["model"]["initial_window"] == 4
+    assert r["drops"]["outside_bottleneck_total"] == 0
+    for name in ("result.json", "transfers.csv", "queue.csv", "queue.png"):
+        assert (out / name).exists(), name
+
+
+@pytest.mark.integration
+def test_stopping_mid_transfer_records_the_unfinished(no_leftovers):
+    cfg = DumbbellConfig(hosts=2, rate_mbps=20, rtt_ms=[20.0, 20.0])
+    # Four users sending 2 MB back to back: at 20 Mb/s each transfer takes a few seconds, so some
+    # are always running when the generator is stopped with no grace.
+    w = Workload(sizes="fixed:2MB", users=4, think_s=0, duration_s=600, seed=2)
+    with Dumbbell(cfg, "delayline") as net:
+        sf = ShortFlows(net, w, net.state.ports().stop - 1, grace_s=0)
+        sf.start()
+        pid = sf.proc.pid
+        time.sleep(3.0)
+        sf.check_process()
+        rec = sf.stop()
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    c = rec.summary["counts"]
+    assert c["started"] == len(rec.rows) == c["done"] + c["failed"] + c["unfinished"]
+    assert c["unfinished"] >= 1 and c["failed"] == 0
+    assert rec.summary["stopped_early"] is True
+    for x in rec.rows:
+        if x["status"] == "done":
+            assert x["size_bytes"] == 2_000_000 and x["fct_s"] > 0
+        else:
+            assert x["status"] == "unfinished" and x["fct_s"] != x["fct_s"]  # nan: it never ended
+
+
+@pytest.mark.integration
+def test_short_flows_beside_long_flows(no_leftovers, tmp_path):
+    res = bufsize(
+        "shortflows", *LINK, "--flows", "4", "--long-warmup-s", "3", "--sizes", "exp:8", "--load", "0.1",
+        "--duration", "8", "--warmup-s", "1", "--out", str(tmp_path / "mix"), "--json", timeout=240,
+    )  # fmt: skip
+    assert res.returncode in (0, 3), res.stderr
+    r = json.loads(res.stdout)
+    assert r["flows"] == 4 and r["long_flows"] == 4
+    t = r["long_flow_throughput"]
+    assert t["flows"] == 4 and t["min_mbps"] > 0
+    # Long flows and short ones share the link: the long ones carry most of what was sent.
+    assert 0.3 < t["mean_mbps"] * 4 / (r["utilization"] * 20) <= 1.02
+    assert r["flows_in_congestion_avoidance"]["snapshots"] >= 4
+    assert r["flows_in_congestion_avoidance"]["max"] <= 4
+    a = r["transfers"]["all"]
+    assert a["started"] == a["done"] + a["failed"] + a["unfinished"] and a["done"] > 10
+    assert r["model"]["available"] is False
