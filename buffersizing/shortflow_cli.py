@@ -9,6 +9,7 @@ from pathlib import Path
 from buffersizing import options
 from buffersizing.resultdir import check_out_dir
 from buffersizing.shortflow_run import SHORT_WARMUP_S, ShortFlowOptions, format_shortflows, run_shortflows
+from buffersizing.shortflow_series import Fig10Spec, run_fig10
 from buffersizing.workload import DEFAULT_CAP_BYTES, Workload
 from topologies.errors import UsageError
 from topologies.machine import require_root
@@ -45,7 +46,36 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--fidelity-s", type=float, default=0.0, help="seconds of pacing trace in the window (default 0)")
     options.add_result_args(p, "result.json, transfers.csv, the monitors' CSVs and plots")
     p.set_defaults(func=run)
+
+    e = sub.add_parser("shortexp", help="a named short-flow experiment: fig10 (seed 000: mean queue vs flow length)")
+    e.add_argument("name", choices=("fig10",))
+    e.add_argument("--out", required=True, help="directory; re-running the same command resumes it")
+    e.add_argument("--rates", help="link rates in Mb/s (default 5,10,20)")
+    e.add_argument("--lengths", help="flow lengths in packets (default 2,6,14,16,30,62,100)")
+    e.add_argument("--duration", type=float, default=40.0, help="measured seconds per point (default 40)")
+    e.add_argument("--initcwnd", type=int, default=2, help="senders' initial window (default 2, as seed 000 assumes)")
+    e.add_argument("--hosts", type=int, default=10, help="sender hosts (default 10)")
+    e.set_defaults(func=run_experiment)
     return p
+
+
+def run_experiment(a: argparse.Namespace) -> int:
+    spec = Fig10Spec(duration_s=a.duration, initcwnd=a.initcwnd, hosts=a.hosts)
+    if a.rates:
+        spec.rates_mbps = options.parse_float_list("--rates", a.rates, 0, 1000)
+    if a.lengths:
+        lengths = options.parse_float_list("--lengths", a.lengths, 0, 10_000)
+        if not all(x.is_integer() for x in lengths):
+            raise UsageError(f"--lengths {a.lengths}: whole numbers of packets")
+        spec.lengths = [int(x) for x in lengths]
+    spec.validate()
+    require_root()
+    out = check_out_dir(a.out)
+    res = run_fig10(out, spec, spec.points()[0][1].backend())
+    print(f"{res['finished']} of {res['points']} points finished in {out}/ (table.md, figure.png)")
+    for f in res["failed"]:
+        print(f"failed: {f}")
+    return 0 if not res["failed"] else 1
 
 
 def run(a: argparse.Namespace) -> int:

@@ -99,3 +99,22 @@ def test_short_flows_beside_long_flows(no_leftovers, tmp_path):
     a = r["transfers"]["all"]
     assert a["started"] == a["done"] + a["failed"] + a["unfinished"] and a["done"] > 10
     assert r["model"]["available"] is False
+
+
+@pytest.mark.integration
+def test_fig10_series_runs_resumes_and_tabulates(no_leftovers, tmp_path):
+    out = tmp_path / "fig10"
+    args = ["shortexp", "fig10", "--out", str(out), "--rates", "10", "--lengths", "4", "--duration", "3",
+            "--hosts", "2"]  # fmt: skip
+    res = bufsize(*args, timeout=240)
+    assert res.returncode == 0, res.stderr
+    assert "1 of 1 points finished" in res.stdout
+    r = json.loads((out / "r10-l4" / "result.json").read_text())
+    assert r["transfers"]["initial_windows"] == {"2": r["transfers"]["all"]["started"]}
+    assert r["model"]["available"] and r["transfers"]["in_window"]["done"] > 20
+    table = (out / "table.md").read_text()
+    assert "| 10 | 4 | 2 |" in table and (out / "figure.png").exists()
+    again = bufsize(*args, timeout=60)  # finished points are kept, not rerun
+    assert again.returncode == 0 and "[1/1]" not in again.stderr, again.stderr
+    other = bufsize(*args[:-2], "--hosts", "3", timeout=60)
+    assert other.returncode != 0 and "other settings" in other.stderr

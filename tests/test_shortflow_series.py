@@ -1,0 +1,64 @@
+"""The Fig 10 series: its points, its refusal of other settings, and its table from results."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from buffersizing.shortflow_series import Fig10Spec, fig10_rows, open_series, write_fig10_report
+from topologies.errors import UsageError
+
+
+def test_points_cover_every_rate_and_length_at_the_asked_load() -> None:
+    spec = Fig10Spec(rates_mbps=[5, 10], lengths=[2, 14])
+    pts = spec.points()
+    assert [p[0] for p in pts] == ["r5-l2", "r5-l14", "r10-l2", "r10-l14"]
+    for _name, cfg, buffer_bytes, opts in pts:
+        assert opts.workload.load == 0.8 and opts.initcwnd == 2 and opts.long_flows == 0
+        assert opts.workload.duration_s == spec.warmup_s + spec.duration_s
+        assert cfg.hosts == 10 and buffer_bytes == 2000 * 1514
+    assert pts[1][3].workload.sizes == "fixed:14"
+
+
+def test_bad_lengths_are_refused() -> None:
+    with pytest.raises(UsageError):
+        Fig10Spec(lengths=[0]).validate()
+    with pytest.raises(UsageError):
+        Fig10Spec(lengths=[]).validate()
+
+
+def test_a_series_directory_refuses_other_settings(tmp_path) -> None:
+    open_series(tmp_path, Fig10Spec(), "delayline")
+    open_series(tmp_path, Fig10Spec(), "delayline")  # the same settings resume
+    with pytest.raises(UsageError, match="other settings"):
+        open_series(tmp_path, Fig10Spec(duration_s=10), "delayline")
+
+
+def fake_result(mean_q: float, f10: float) -> dict:
+    return {
+        "model": {"initial_window": 2, "mean_queue_packets_f10": f10, "kappa_f11": 0.2},
+        "fct_by_size": [{"packets": "14", "median_s": 0.05}],
+        "transfers": {
+            "offered_load_in_window": 0.79,
+            "in_window": {"done": 500},
+            "open_loop_lateness": {"p99_s": 0.001},
+        },
+        "utilization": 0.8,
+        "queue": {"mean_packets": mean_q},
+        "queue_tail_kappa": 0.25,
+        "loss_rate": 0.0,
+        "valid": True,
+    }
+
+
+def test_table_puts_measurement_beside_the_model(tmp_path) -> None:
+    spec = Fig10Spec(rates_mbps=[5], lengths=[14, 30])
+    (tmp_path / "r5-l14").mkdir()
+    (tmp_path / "r5-l14" / "result.json").write_text(json.dumps(fake_result(9.0, 10.0)))
+    rows = fig10_rows(tmp_path, spec)  # r5-l30 has no result yet: skipped, not invented
+    assert len(rows) == 1 and rows[0]["packets"] == 14 and rows[0]["fct_median_ms"] == 50.0
+    write_fig10_report(tmp_path, rows, spec)
+    table = (tmp_path / "table.md").read_text()
+    assert "| 5 | 14 | 2 | 0.790 | 500 | 9.0 | 10.0 | 0.90 | 0.25 | 0.2 | 1.25 |" in table
+    assert (tmp_path / "figure.png").stat().st_size > 1000
