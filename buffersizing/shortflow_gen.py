@@ -191,6 +191,7 @@ class Generator:
 
     def finish(self, tr: Transfer) -> None:
         self.running.pop(tr.id, None)
+        self.transfers.pop(tr.id, None)  # its row is written: a long run must not keep every transfer
         self.counts[tr.status] += 1
         self.writer.writerow([getattr(tr, c) if c != "fct_s" else tr.fct_s for c in COLUMNS])
 

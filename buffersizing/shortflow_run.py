@@ -29,7 +29,6 @@ from buffersizing.shortflows import ShortFlowRecords, ShortFlows
 from buffersizing.traffic import MAX_FLOWS
 from buffersizing.transfer_stats import (
     fct_by_size,
-    flows_in_congestion_avoidance,
     initial_windows,
     offered_load,
     percentile,
@@ -154,9 +153,10 @@ def run_shortflows(
                     MIN_WARMUP_S, auto_timing(cfg.cc, opts.long_flows, cfg.rate_mbps, rtt, buffer_bytes).warmup_s
                 )
             ex.warm_up(warm, "(long flows)")
-        else:
-            ex.start_recorder(None)
-        sf = ShortFlows(net, w, net.state.ports().stop - 1, opts.grace_s)
+        port = net.state.ports().stop - 1
+        if not opts.long_flows:  # the cwnd trace follows the short flows (how many are in CA)
+            ex.start_recorder(range(port, port + 1))
+        sf = ShortFlows(net, w, port, opts.grace_s)
         ex.checks.append(sf.check_process)
         t0 = sf.start()
         say(f"  short flows started: {sf.arrival_rate_per_s:.1f} arrivals/s open loop, {w.users} users")
@@ -265,19 +265,23 @@ def summarize(
         acked0, acked1 = before.get("acked", {}), after.get("acked", {})
         mbps = [(acked1[f] - acked0[f]) * 8 / seconds / 1e6 for f in acked1 if f in acked0]
         fields["long_flow_throughput"] = throughput_distribution(mbps, cfg.rate_mbps / opts.long_flows)
-        ca = [(t, seen, n) for t, seen, n in flows_in_congestion_avoidance(recording.cwnd_flows)
-              if window[0] <= t <= window[1]]  # fmt: skip
-        fields["flows_in_congestion_avoidance"] = (
-            {
-                "snapshots": len(ca),
-                "mean": round(statistics.fmean(n for _, _, n in ca), 2),
-                "min": min(n for _, _, n in ca),
-                "max": max(n for _, _, n in ca),
-            }
-            if ca
-            else {"snapshots": 0}
-        )
+    fields["flows_in_congestion_avoidance"] = ca_summary(recording.ca_counts, window)
     return fields
+
+
+def ca_summary(counts: list[tuple[float, int, int]], window: tuple[float, float]) -> dict:
+    """Flows active each second and those in congestion avoidance (seed 000's n, footnote 9): the
+    long flows if there are any, else the short ones."""
+    ca = [(t, active, n) for t, active, n in counts if window[0] <= t <= window[1]]
+    if not ca:
+        return {"snapshots": 0}
+    return {
+        "snapshots": len(ca),
+        "active_mean": round(statistics.fmean(a for _, a, _ in ca), 2),
+        "mean": round(statistics.fmean(n for _, _, n in ca), 2),
+        "min": min(n for _, _, n in ca),
+        "max": max(n for _, _, n in ca),
+    }
 
 
 def format_shortflows(result: dict, out: Path | None) -> str:

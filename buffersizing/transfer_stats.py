@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from buffersizing.workload import MSS_BYTES, wire_bytes
 
@@ -125,19 +125,6 @@ def tail_slope(ccdf: Sequence[tuple[int, float]], min_probability: float = 1e-3)
         return None
     slope = sum((b - mb) * (lp - ml) for b, lp in pts) / den
     return round(-slope, 6)
-
-
-def flows_in_congestion_avoidance(
-    snapshots: Iterable[tuple[float, str, int, int, float]],
-) -> list[tuple[float, int, int]]:
-    """Per snapshot time (once a second): (t, flows seen, flows with cwnd >= ssthresh). A flow
-    still in its first slow start has the kernel's huge initial ssthresh, so it does not count."""
-    by_t: dict[float, list[int]] = {}
-    for t, _flow, cwnd, ssthresh, _srtt in snapshots:
-        seen = by_t.setdefault(t, [0, 0])
-        seen[0] += 1
-        seen[1] += cwnd >= ssthresh
-    return [(t, v[0], v[1]) for t, v in sorted(by_t.items())]
 
 
 def throughput_distribution(mbps: Sequence[float], fair_mbps: float) -> dict:

@@ -26,6 +26,8 @@ from topologies.bottleneck import Bottleneck
 from topologies.ledger import RunState
 from topologies.qdisc_stats import QdiscSample
 
+STALE_S = 10.0  # seconds without a cwnd event after which a flow leaves the snapshots
+
 
 @dataclass
 class Recording:
@@ -33,6 +35,8 @@ class Recording:
     rate: list[tuple[float, float]] = field(default_factory=list)  # (t, Mb/s over the last rate period)
     cwnd_sum: list[tuple[float, int, int, int | None]] = field(default_factory=list)  # t, flows, sum, limit
     cwnd_flows: list[tuple[float, str, int, int, float]] = field(default_factory=list)  # t, flow, cwnd, ssth, srtt ms
+    # Once a second: flows with an event in that second, and how many of them had cwnd >= ssthresh.
+    ca_counts: list[tuple[float, int, int]] = field(default_factory=list)
     cpu: list[tuple[float, int, float, float, float]] = field(default_factory=list)  # t, core, busy, softirq, idle
     cwnd_note: str = ""
     cwnd_overruns: int = 0
@@ -88,6 +92,7 @@ class Recorder(Monitor[Recording]):
         else:
             rec.cwnd_note = "no flow ports given"
         windows: dict[bytes, tuple[bytes, bytes, bytes]] = {}  # flow -> latest (cwnd, ssthresh, srtt_us), raw
+        seen: dict[bytes, float] = {}  # flow -> when its latest event was drained
         cores = psutil.cpu_times(percpu=True)
         t_cores = time.monotonic()
         last_rate: QdiscSample | None = None
@@ -104,6 +109,7 @@ class Recorder(Monitor[Recording]):
                     if trace is not None:
                         for _t, flow, cwnd, ssthresh, srtt in trace.drain():
                             windows[flow] = (cwnd, ssthresh, srtt)
+                            seen[flow] = s.t
                         if windows:
                             total = sum(int(w[0]) for w in windows.values())
                             rec.cwnd_sum.append((s.t, len(windows), total, s.limit))
@@ -112,6 +118,12 @@ class Recorder(Monitor[Recording]):
                     for core, share in enumerate(_core_shares(cores, now)):
                         rec.cpu.append((s.t, core, *share))
                     cores, t_cores = now, s.t
+                    # A flow silent for STALE_S has ended (short flows come and go by thousands) or
+                    # sits in a long timeout with a window of one: it leaves the snapshots.
+                    for f in [f for f, t in seen.items() if s.t - t > STALE_S]:
+                        del windows[f], seen[f]
+                    active = [windows[f] for f, t in seen.items() if s.t - t <= 1.0 + 2 * self.period]
+                    rec.ca_counts.append((s.t, len(active), sum(int(c) >= int(ss) for c, ss, _ in active)))
                     rec.cwnd_flows.extend(
                         (s.t, f.decode(), int(c), int(ss), int(r) / 1000) for f, (c, ss, r) in windows.items()
                     )

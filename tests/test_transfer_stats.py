@@ -7,11 +7,10 @@ import random
 
 import pytest
 
-from buffersizing.shortflow_run import lateness, model_beside
+from buffersizing.shortflow_run import ca_summary, lateness, model_beside
 from buffersizing.traffic import parse_bytes_acked
 from buffersizing.transfer_stats import (
     fct_by_size,
-    flows_in_congestion_avoidance,
     initial_windows,
     offered_load,
     percentile,
@@ -84,11 +83,10 @@ def test_tail_slope_needs_a_tail() -> None:
     assert queue_ccdf([]) == []
 
 
-def test_flows_in_congestion_avoidance_per_snapshot() -> None:
-    huge = 2147483647
-    snaps = [(1.0, "a", 10, huge, 1.0), (1.0, "b", 10, 5, 1.0), (2.0, "a", 20, 10, 1.0), (2.0, "b", 4, 5, 1.0),
-             (2.0, "c", 7, 7, 1.0)]  # fmt: skip
-    assert flows_in_congestion_avoidance(snaps) == [(1.0, 2, 1), (2.0, 3, 2)]
+def test_ca_summary_reads_the_window_only() -> None:
+    counts = [(0.5, 9, 9), (1.0, 4, 2), (2.0, 6, 3), (3.0, 5, 5), (9.0, 1, 1)]
+    assert ca_summary(counts, (1.0, 3.0)) == {"snapshots": 3, "active_mean": 5.0, "mean": 3.33, "min": 2, "max": 5}
+    assert ca_summary(counts, (4.0, 5.0)) == {"snapshots": 0}
 
 
 def test_throughput_distribution_and_fairness() -> None:
