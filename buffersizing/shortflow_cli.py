@@ -8,8 +8,10 @@ from pathlib import Path
 
 from buffersizing import options
 from buffersizing.resultdir import check_out_dir
+from buffersizing.shortflow_fig10 import Fig10Spec
+from buffersizing.shortflow_loss import LossSpec
 from buffersizing.shortflow_run import SHORT_WARMUP_S, ShortFlowOptions, format_shortflows, run_shortflows
-from buffersizing.shortflow_series import Fig10Spec, run_fig10
+from buffersizing.shortflow_series import run_series
 from buffersizing.workload import DEFAULT_CAP_BYTES, Workload
 from topologies.errors import UsageError
 from topologies.machine import require_root
@@ -26,8 +28,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument(
         "--sizes",
         default="fixed:14",
-        help="transfer sizes: fixed:L, exp:MEAN, expmix:P@M+..., pareto:ALPHA:MIN, lnpareto:MU:SIGMA:CUT:ALPHA:PTAIL"
-        " or web; lengths in packets (14) or bytes (20KB) (default fixed:14)",
+        help="transfer sizes: fixed:L, uniform:A:B, exp:MEAN, expmix:P@M+..., pareto:ALPHA:MIN,"
+        " lnpareto:MU:SIGMA:CUT:ALPHA:PTAIL or web; lengths in packets (14) or bytes (20KB) (default fixed:14)",
     )
     p.add_argument("--load", type=float, default=0.0, help="open loop: Poisson arrivals offering this share of C")
     p.add_argument("--users", type=int, default=0, help="closed loop: users who transfer, think and repeat")
@@ -47,31 +49,67 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     options.add_result_args(p, "result.json, transfers.csv, the monitors' CSVs and plots")
     p.set_defaults(func=run)
 
-    e = sub.add_parser("shortexp", help="a named short-flow experiment: fig10 (seed 000: mean queue vs flow length)")
-    e.add_argument("name", choices=("fig10",))
+    e = sub.add_parser(
+        "shortexp",
+        help="a named short-flow experiment: fig10 (seed 000: mean queue vs flow length) or loss (seed 001 Fig 1)",
+    )
+    e.add_argument("name", choices=("fig10", "loss"))
     e.add_argument("--out", required=True, help="directory; re-running the same command resumes it")
-    e.add_argument("--rates", help="link rates in Mb/s (default 5,10,20)")
-    e.add_argument("--lengths", help="flow lengths in packets (default 2,6,14,16,30,62,100)")
-    e.add_argument("--duration", type=float, default=40.0, help="measured seconds per point (default 40)")
-    e.add_argument("--initcwnd", type=int, default=2, help="senders' initial window (default 2, as seed 000 assumes)")
-    e.add_argument("--hosts", type=int, default=10, help="sender hosts (default 10)")
+    e.add_argument("--duration", type=float, help="measured seconds per point (default fig10 40, loss 60)")
+    e.add_argument("--rates", help="fig10: link rates in Mb/s (default 5,10,20)")
+    e.add_argument("--lengths", help="fig10: flow lengths in packets (default 2,6,14,16,30,62,100)")
+    e.add_argument("--initcwnd", type=int, help="fig10: senders' initial window (default 2, as seed 000 assumes)")
+    e.add_argument("--hosts", type=int, help="fig10: sender hosts (default 10)")
+    e.add_argument("--workloads", help="loss: any of P (persistent), C (closed loop), O (open loop) (default P,C,O)")
+    e.add_argument("--buffers", help="loss: buffers in packets (default 18,50,100,250,500)")
+    e.add_argument("--users", type=int, help="loss: closed-loop users (default 600)")
     e.set_defaults(func=run_experiment)
     return p
 
 
+def experiment_spec(a: argparse.Namespace) -> Fig10Spec | LossSpec:
+    given = {k for k in ("rates", "lengths", "initcwnd", "hosts", "workloads", "buffers", "users")
+             if getattr(a, k) is not None}  # fmt: skip
+    own = {"fig10": {"rates", "lengths", "initcwnd", "hosts"}, "loss": {"workloads", "buffers", "users"}}[a.name]
+    if given - own:
+        raise UsageError(f"shortexp {a.name} does not take --{', --'.join(sorted(given - own))}")
+    if a.name == "fig10":
+        spec = Fig10Spec()
+        if a.rates:
+            spec.rates_mbps = options.parse_float_list("--rates", a.rates, 0, 1000)
+        if a.lengths:
+            spec.lengths = whole_numbers("--lengths", a.lengths)
+        for k in ("initcwnd", "hosts"):
+            if getattr(a, k) is not None:
+                setattr(spec, k, getattr(a, k))
+        if a.duration is not None:
+            spec.duration_s = a.duration
+        return spec
+    loss = LossSpec()
+    if a.workloads:
+        loss.workloads = [w.strip().upper() for w in a.workloads.split(",")]
+    if a.buffers:
+        loss.buffers = whole_numbers("--buffers", a.buffers)
+    if a.users is not None:
+        loss.users = a.users
+    if a.duration is not None:
+        loss.duration_s = a.duration
+    return loss
+
+
+def whole_numbers(name: str, text: str) -> list[int]:
+    xs = options.parse_float_list(name, text, 0, 100_000)
+    if not all(x.is_integer() for x in xs):
+        raise UsageError(f"{name} {text}: whole numbers")
+    return [int(x) for x in xs]
+
+
 def run_experiment(a: argparse.Namespace) -> int:
-    spec = Fig10Spec(duration_s=a.duration, initcwnd=a.initcwnd, hosts=a.hosts)
-    if a.rates:
-        spec.rates_mbps = options.parse_float_list("--rates", a.rates, 0, 1000)
-    if a.lengths:
-        lengths = options.parse_float_list("--lengths", a.lengths, 0, 10_000)
-        if not all(x.is_integer() for x in lengths):
-            raise UsageError(f"--lengths {a.lengths}: whole numbers of packets")
-        spec.lengths = [int(x) for x in lengths]
+    spec = experiment_spec(a)
     spec.validate()
     require_root()
     out = check_out_dir(a.out)
-    res = run_fig10(out, spec, spec.points()[0][1].backend())
+    res = run_series(out, spec, spec.points()[0][1].backend())
     print(f"{res['finished']} of {res['points']} points finished in {out}/ (table.md, figure.png)")
     for f in res["failed"]:
         print(f"failed: {f}")

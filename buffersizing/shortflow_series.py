@@ -1,76 +1,41 @@
-"""Seed 000 Fig 10 (and Fig 16's tail) measured: `bufsize shortexp fig10 --out DIR`.
+"""A named short-flow experiment as a series of `shortflows` runs in one directory, resumable.
 
-Short fixed-length flows with Poisson arrivals at load 0.8 through a large buffer, for several flow
-lengths and link rates. Each (rate, length) point is one `shortflows` run in DIR/r<rate>-l<length>/;
-re-running the same command skips finished points (DIR/series.json holds the settings, and other
-settings are refused). At the end, DIR/table.md and DIR/figure.png put the measured mean queue
-beside F10 and the measured tail decay beside F11's kappa, both computed from the lengths sent and
-the initial window the kernel used (seed 000 assumed 2 packets; `--initcwnd 2` is the default here).
-
-Sized for a 2-core machine: the seed used 40, 80 and 200 Mb/s; the generator's capacity here
-(bench/results/shortflow-capacity.md) sets the rates to 5, 10 and 20 Mb/s. The model says the
-queue depends on the load and the burst sizes only, not on the rate, so the comparison holds.
+Each point runs into DIR/<point>/; re-running the same command skips finished points, and a
+directory made with other settings is refused (DIR/series.json holds them). After the points, the
+experiment writes its table and figure (its report()); wall times are appended to wall_seconds.txt.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
+from typing import Protocol
 
 from buffersizing.manifest import machine_manifest
 from buffersizing.resultdir import read_finished, write_json_atomic
 from buffersizing.shortflow_run import ShortFlowOptions, run_shortflows
-from buffersizing.workload import Workload
-from topologies.config import DumbbellConfig, parse_rtts
+from topologies.config import DumbbellConfig
 from topologies.errors import UsageError
-from topologies.units import packets_to_bytes
+
+Point = tuple[str, DumbbellConfig, int, ShortFlowOptions]  # name, link, buffer bytes, workload
 
 
-@dataclass
-class Fig10Spec:
-    rates_mbps: list[float] = field(default_factory=lambda: [5.0, 10.0, 20.0])
-    lengths: list[int] = field(default_factory=lambda: [2, 6, 14, 16, 30, 62, 100])
-    load: float = 0.8
-    initcwnd: int = 2
-    duration_s: float = 40.0
-    warmup_s: float = 5.0
-    hosts: int = 10
-    rtt_ms: float = 20.0
-    buffer_packets: int = 2000  # large: the queue the model describes is not cut by drops
-    cc: str = "reno"
-    seed: int = 1
+class SeriesSpec(Protocol):
+    experiment: str
+    cc: str
 
-    def validate(self) -> None:
-        if not self.rates_mbps or not self.lengths:
-            raise UsageError("give at least one rate and one length")
-        for n in self.lengths:
-            if not 1 <= n <= 10_000:
-                raise UsageError(f"--lengths: {n} packets must be from 1 to 10000")
-        for p in self.points():
-            p[1].validate()
-            p[3].validate()
-
-    def points(self) -> list[tuple[str, DumbbellConfig, int, ShortFlowOptions]]:
-        out = []
-        for rate in self.rates_mbps:
-            for n in self.lengths:
-                cfg = DumbbellConfig(hosts=self.hosts, rate_mbps=rate, rtt_ms=parse_rtts(str(self.rtt_ms), self.hosts),
-                                     cc=self.cc)  # fmt: skip
-                w = Workload(sizes=f"fixed:{n}", load=self.load, duration_s=self.warmup_s + self.duration_s,
-                             seed=self.seed, timeout_s=60.0)  # fmt: skip
-                opts = ShortFlowOptions(w, 0, self.warmup_s, self.initcwnd)
-                out.append((f"r{rate:g}-l{n}", cfg, packets_to_bytes(self.buffer_packets), opts))
-        return out
+    def validate(self) -> None: ...
+    def points(self) -> list[Point]: ...
+    def report(self, out: Path) -> int: ...
 
 
-def open_series(out: Path, spec: Fig10Spec, backend: str) -> None:
+def open_series(out: Path, spec: SeriesSpec, backend: str) -> None:
     path = out / "series.json"
-    mine = {"experiment": "fig10", "spec": asdict(spec)}
+    mine = {"experiment": spec.experiment, "spec": asdict(spec)}  # type: ignore[call-overload]
     if path.exists():
         try:
             old = json.loads(path.read_text())
@@ -82,7 +47,7 @@ def open_series(out: Path, spec: Fig10Spec, backend: str) -> None:
     write_json_atomic(path, mine | {"machine": machine_manifest(backend, spec.cc)})
 
 
-def run_fig10(out: Path, spec: Fig10Spec, backend: str, say: Callable[[str], None] | None = None) -> dict:
+def run_series(out: Path, spec: SeriesSpec, backend: str, say: Callable[[str], None] | None = None) -> dict:
     log = say or (lambda s: print(s, file=sys.stderr, flush=True))
     spec.validate()
     out.mkdir(parents=True, exist_ok=True)
@@ -102,100 +67,7 @@ def run_fig10(out: Path, spec: Fig10Spec, backend: str, say: Callable[[str], Non
             log(f"  {name} failed: {type(e).__name__}: {e}")
             failed.append(f"{name}: {e}")
     wall = time.monotonic() - t0
-    rows = fig10_rows(out, spec)
-    write_fig10_report(out, rows, spec)
+    finished = spec.report(out)
     with (out / "wall_seconds.txt").open("a") as f:
         f.write(f"{round(wall)}\n")
-    return {"points": len(points), "finished": len(rows), "failed": failed, "wall_seconds": round(wall)}
-
-
-def fig10_rows(out: Path, spec: Fig10Spec) -> list[dict]:
-    rows = []
-    for name, cfg, _b, _o in spec.points():
-        r = read_finished(out / name / "result.json")
-        if r is None:
-            continue
-        m = r.get("model", {})
-        fct = {b["packets"]: b for b in r.get("fct_by_size", [])}
-        length = int(name.split("-l")[1])
-        rows.append(
-            {
-                "rate_mbps": cfg.rate_mbps,
-                "packets": length,
-                "initial_window": m.get("initial_window"),
-                "load_offered": r["transfers"]["offered_load_in_window"],
-                "utilization": r["utilization"],
-                "transfers": r["transfers"]["in_window"]["done"],
-                "mean_queue": r["queue"].get("mean_packets"),
-                "f10_mean_queue": m.get("mean_queue_packets_f10"),
-                "kappa_measured": r.get("queue_tail_kappa"),
-                "kappa_f11": m.get("kappa_f11"),
-                "loss_rate": r["loss_rate"],
-                "fct_median_ms": round(fct[str(length)]["median_s"] * 1e3, 2) if str(length) in fct else None,
-                "late_p99_ms": round(r["transfers"]["open_loop_lateness"].get("p99_s", 0) * 1e3, 2),
-                "valid": r["valid"],
-            }
-        )
-    return rows
-
-
-def _ratio(a: float | None, b: float | None) -> str:
-    return f"{a / b:.2f}" if a is not None and b else "-"
-
-
-def write_fig10_report(out: Path, rows: list[dict], spec: Fig10Spec) -> None:
-    if not rows:
-        return
-    with (out / "table.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    head = ("| rate Mb/s | flow length (pkts) | IW | offered load | transfers | mean queue (pkts) | F10 | "
-            "measured/F10 | tail kappa | F11 kappa | kappa ratio | loss | FCT median ms | valid |")  # fmt: skip
-    lines = [head, "|" + "---|" * 14]
-    for r in rows:
-        lines.append(
-            f"| {r['rate_mbps']:g} | {r['packets']} | {r['initial_window']} | {r['load_offered']:.3f} | "
-            f"{r['transfers']} | {r['mean_queue']} | {r['f10_mean_queue']} | "
-            f"{_ratio(r['mean_queue'], r['f10_mean_queue'])} | {r['kappa_measured']} | {r['kappa_f11']} | "
-            f"{_ratio(r['kappa_measured'], r['kappa_f11'])} | {r['loss_rate']:.4%} | {r['fct_median_ms']} | "
-            f"{'yes' if r['valid'] else 'FLAGGED'} |"
-        )
-    (out / "table.md").write_text("\n".join(lines) + "\n")
-    try:
-        plot_fig10(out, rows, spec)
-    except Exception as e:  # noqa: BLE001 - the table is written; a plot is a convenience
-        print(f"fig10 figure not drawn: {type(e).__name__}: {e}", file=sys.stderr)
-
-
-def plot_fig10(out: Path, rows: list[dict], spec: Fig10Spec) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    marks = "os^Dv"
-    for i, rate in enumerate(spec.rates_mbps):
-        sel = sorted((r for r in rows if r["rate_mbps"] == rate), key=lambda r: r["packets"])
-        if sel:
-            ax.plot([r["packets"] for r in sel], [r["mean_queue"] for r in sel], marks[i % 5] + "-", ms=4, lw=0.8,
-                    label=f"measured, {rate:g} Mb/s")  # fmt: skip
-    model = {}
-    for r in rows:
-        if r["f10_mean_queue"] is not None:
-            model.setdefault(r["packets"], []).append(r["f10_mean_queue"])
-    if model:
-        xs = sorted(model)
-        ax.plot(xs, [sum(model[x]) / len(model[x]) for x in xs], "k--", lw=1,
-                label=f"F10 (M/G/1 bursts, IW {spec.initcwnd}, measured load)")  # fmt: skip
-    ax.set_xscale("log")
-    ax.set_xlabel("flow length (packets)")
-    ax.set_ylabel("mean queue (packets)")
-    ax.set_title(f"Seed 000 Fig 10 on this testbed: Poisson short flows at load {spec.load:g}, "
-                 f"{spec.cc}, buffer {spec.buffer_packets}", fontsize=9)  # fmt: skip
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "figure.png", dpi=120)
-    plt.close(fig)
+    return {"points": len(points), "finished": finished, "failed": failed, "wall_seconds": round(wall)}

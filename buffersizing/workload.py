@@ -5,6 +5,7 @@ A size is in bytes of TCP payload. "Packets" mean full segments of MSS_BYTES, th
 
 Size distributions, given as text on the command line (`--sizes`):
     fixed:L                  every transfer L
+    uniform:A:B              uniform from A to B
     exp:MEAN                 exponential with that mean
     expmix:P1@M1+P2@M2+...   a mixture of exponentials (weights P, means M)
     pareto:ALPHA:MIN         Pareto (shape ALPHA, smallest MIN)
@@ -80,6 +81,8 @@ class SizeDistribution:
             return p[0]
         if self.kind == "exp":
             return rng.expovariate(1 / p[0])
+        if self.kind == "uniform":
+            return rng.uniform(p[0], p[1])
         if self.kind == "expmix":
             u, acc = rng.random() * sum(p[0::2]), 0.0
             for w, mean in zip(p[0::2], p[1::2], strict=True):
@@ -141,6 +144,12 @@ def _parse_params(kind: str, parts: list[str]) -> tuple[float, ...]:
     if kind == "exp":
         want(1)
         return (_positive("the mean", parse_length(parts[0])),)
+    if kind == "uniform":
+        want(2)
+        lo, hi = _positive("the smallest", parse_length(parts[0])), _positive("the largest", parse_length(parts[1]))
+        if lo > hi:
+            raise ValueError(f"the smallest ({parts[0]}) is above the largest ({parts[1]})")
+        return (lo, hi)
     if kind == "expmix":
         want(1)
         out: list[float] = []
@@ -165,7 +174,7 @@ def _parse_params(kind: str, parts: list[str]) -> tuple[float, ...]:
     if kind == "web":
         want(0)
         return WEB
-    raise ValueError(f"unknown distribution {kind!r}: fixed, exp, expmix, pareto, lnpareto or web")
+    raise ValueError(f"unknown distribution {kind!r}: fixed, uniform, exp, expmix, pareto, lnpareto or web")
 
 
 def wire_bytes(size_bytes: float) -> float:

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from buffersizing.shortflow_series import Fig10Spec, fig10_rows, open_series, write_fig10_report
+from buffersizing.shortflow_fig10 import Fig10Spec, fig10_rows, write_fig10_report
+from buffersizing.shortflow_series import open_series
 from topologies.errors import UsageError
 
 
@@ -62,3 +63,39 @@ def test_table_puts_measurement_beside_the_model(tmp_path) -> None:
     table = (tmp_path / "table.md").read_text()
     assert "| 5 | 14 | 2 | 0.790 | 500 | 9.0 | 10.0 | 0.90 | 0.25 | 0.2 | 1.25 |" in table
     assert (tmp_path / "figure.png").stat().st_size > 1000
+
+
+def test_loss_points_reproduce_seed_001_traffic() -> None:
+    from buffersizing.shortflow_loss import SEED001_RTTS_MS, LossSpec
+
+    spec = LossSpec(buffers=[18, 500])
+    pts = {name: (cfg, b, o) for name, cfg, b, o in spec.points()}
+    assert list(pts) == ["P-b18", "P-b500", "C-b18", "C-b500", "O-b18", "O-b500"]
+    cfg, b, p = pts["P-b18"]
+    assert cfg.rate_mbps == 50 and cfg.hosts == 18 and b == 18 * 1514
+    assert min(SEED001_RTTS_MS) == 30 and max(SEED001_RTTS_MS) == 530
+    assert 18 / sum(1 / r for r in SEED001_RTTS_MS) == pytest.approx(60, abs=0.5)  # harmonic mean
+    assert p.long_flows == 200 and p.workload.sizes == "uniform:3:25" and p.workload.load == 0.05
+    c, o = pts["C-b18"][2], pts["O-b500"][2]
+    assert c.long_flows == 0 and c.workload.users == 600 and c.workload.think_s == 5 and c.workload.load == 0
+    assert o.workload.load == 0.95 and o.workload.users == 0 and o.workload.sizes == c.workload.sizes
+
+
+def test_loss_table_sets_measurement_beside_seed_001_and_f16(tmp_path) -> None:
+    from buffersizing.shortflow_loss import LossSpec, loss_rows, write_loss_report
+
+    spec = LossSpec(workloads=["P", "O"], buffers=[18])
+    for name, loss in (("P-b18", 0.09), ("O-b18", 0.15)):
+        (tmp_path / name).mkdir()
+        r = fake_result(1, 1) | {
+            "loss_rate": loss,
+            "flows_in_congestion_avoidance": {"mean": 150.0, "active_mean": 190.0},
+        }
+        (tmp_path / name / "result.json").write_text(json.dumps(r))
+    rows = loss_rows(tmp_path, spec)
+    assert [(r["workload"], r["published_loss"]) for r in rows] == [("P", 0.075), ("O", 0.12)]
+    assert rows[0]["f16_loss"] == pytest.approx((0.87 * 200) ** 2 / 268**2, abs=1e-4) and rows[1]["f16_loss"] is None
+    write_loss_report(tmp_path, rows, spec)
+    table = (tmp_path / "table.md").read_text()
+    assert "| P | 18 | 9.00% | 7.5% | 42.1% |" in table and "| O | 18 | 15.00% | 12.0% | - |" in table
+    assert (tmp_path / "figure.png").exists()

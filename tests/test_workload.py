@@ -35,7 +35,7 @@ def test_lengths_are_packets_unless_given_in_bytes() -> None:
 @pytest.mark.parametrize(
     "spec",
     ["fixed", "fixed:0", "exp:-1", "expmix:0.5:10", "expmix:0.5@", "pareto:1.2", "pareto:0:10",
-     "lnpareto:9:1:100KB:1.1:1.5", "web:1", "uniform:1:2", "fixed:14:15"],
+     "lnpareto:9:1:100KB:1.1:1.5", "web:1", "triangle:1:2", "fixed:14:15", "uniform:5:3", "uniform:3"],
 )  # fmt: skip
 def test_bad_size_specs_are_refused_with_the_spec_named(spec: str) -> None:
     with pytest.raises(UsageError, match="--sizes"):
@@ -51,7 +51,9 @@ def test_fixed_sizes_are_exact_and_floored_at_the_header() -> None:
     assert tiny.draw(rng) == HEADER_BYTES and tiny.mean_bytes() == HEADER_BYTES
 
 
-@pytest.mark.parametrize("spec", ["exp:20", "expmix:0.9@5+0.1@200", "pareto:1.5:4", "lnpareto:9:1.2:50KB:1.3:0.1"])
+@pytest.mark.parametrize(
+    "spec", ["uniform:3:25", "exp:20", "expmix:0.9@5+0.1@200", "pareto:1.5:4", "lnpareto:9:1.2:50KB:1.3:0.1"]
+)
 def test_sample_means_match_the_stated_mean(spec: str) -> None:
     d = SizeDistribution.parse(spec, cap_bytes=2_000_000)
     rng = random.Random(7)
