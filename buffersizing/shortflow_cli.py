@@ -12,6 +12,7 @@ from buffersizing.shortflow_fig10 import Fig10Spec
 from buffersizing.shortflow_loss import LossSpec
 from buffersizing.shortflow_run import SHORT_WARMUP_S, ShortFlowOptions, format_shortflows, run_shortflows
 from buffersizing.shortflow_series import run_series
+from buffersizing.shortflow_transfer import TransferSpec
 from buffersizing.workload import DEFAULT_CAP_BYTES, Workload
 from topologies.errors import UsageError
 from topologies.machine import require_root
@@ -33,7 +34,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     p.add_argument("--load", type=float, default=0.0, help="open loop: Poisson arrivals offering this share of C")
     p.add_argument("--users", type=int, default=0, help="closed loop: users who transfer, think and repeat")
-    p.add_argument("--think-s", type=float, default=1.0, help="closed loop: mean think time, exponential (default 1)")
+    p.add_argument("--think-s", type=float, default=1.0, help="closed loop: mean think time (default 1)")
+    p.add_argument("--think", choices=("exp", "pareto"), default="exp",
+                   help="closed loop: think-time distribution; pareto: shape 1.5, as SURGE (default exp)")  # fmt: skip
     p.add_argument("--transfers", type=int, help="stop after this many arrivals (open loop) or per user (closed loop)")
     p.add_argument("--duration", type=float, help="stop starting transfers after this many seconds")
     p.add_argument("--warmup-s", type=float, default=SHORT_WARMUP_S,
@@ -51,9 +54,10 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
     e = sub.add_parser(
         "shortexp",
-        help="a named short-flow experiment: fig10 (seed 000: mean queue vs flow length) or loss (seed 001 Fig 1)",
+        help="a named short-flow experiment: fig10 (seed 000: mean queue vs flow length), loss (seed 001 Fig 1)"
+        " or transfer (seed 003: web transfer times at C x RTT and C x RTT/sqrt(N))",
     )
-    e.add_argument("name", choices=("fig10", "loss"))
+    e.add_argument("name", choices=("fig10", "loss", "transfer"))
     e.add_argument("--out", required=True, help="directory; re-running the same command resumes it")
     e.add_argument("--duration", type=float, help="measured seconds per point (default fig10 40, loss 60)")
     e.add_argument("--rates", help="fig10: link rates in Mb/s (default 5,10,20)")
@@ -62,15 +66,16 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     e.add_argument("--hosts", type=int, help="fig10: sender hosts (default 10)")
     e.add_argument("--workloads", help="loss: any of P (persistent), C (closed loop), O (open loop) (default P,C,O)")
     e.add_argument("--buffers", help="loss: buffers in packets (default 18,50,100,250,500)")
-    e.add_argument("--users", type=int, help="loss: closed-loop users (default 600)")
+    e.add_argument("--users", type=int, help="loss, transfer: closed-loop users (default 600, 500)")
     e.set_defaults(func=run_experiment)
     return p
 
 
-def experiment_spec(a: argparse.Namespace) -> Fig10Spec | LossSpec:
+def experiment_spec(a: argparse.Namespace) -> Fig10Spec | LossSpec | TransferSpec:
     given = {k for k in ("rates", "lengths", "initcwnd", "hosts", "workloads", "buffers", "users")
              if getattr(a, k) is not None}  # fmt: skip
-    own = {"fig10": {"rates", "lengths", "initcwnd", "hosts"}, "loss": {"workloads", "buffers", "users"}}[a.name]
+    own = {"fig10": {"rates", "lengths", "initcwnd", "hosts"}, "loss": {"workloads", "buffers", "users"},
+           "transfer": {"users"}}[a.name]  # fmt: skip
     if given - own:
         raise UsageError(f"shortexp {a.name} does not take --{', --'.join(sorted(given - own))}")
     if a.name == "fig10":
@@ -85,6 +90,13 @@ def experiment_spec(a: argparse.Namespace) -> Fig10Spec | LossSpec:
         if a.duration is not None:
             spec.duration_s = a.duration
         return spec
+    if a.name == "transfer":
+        tr = TransferSpec()
+        if a.users is not None:
+            tr.users = a.users
+        if a.duration is not None:
+            tr.duration_s = a.duration
+        return tr
     loss = LossSpec()
     if a.workloads:
         loss.workloads = [w.strip().upper() for w in a.workloads.split(",")]
@@ -122,7 +134,7 @@ def run(a: argparse.Namespace) -> int:
     if not (a.max_size == int(a.max_size)):
         raise UsageError(f"--max-size {a.max_size:g}: must be a whole number of bytes")
     workload = Workload(
-        sizes=a.sizes, load=a.load, users=a.users, think_s=a.think_s, transfers=a.transfers,
+        sizes=a.sizes, load=a.load, users=a.users, think_s=a.think_s, think=a.think, transfers=a.transfers,
         duration_s=a.duration, seed=a.seed, cap_bytes=int(a.max_size), timeout_s=a.timeout_s,
     )  # fmt: skip
     opts = ShortFlowOptions(

@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from buffersizing.workload import HEADER_BYTES, Workload, open_loop_arrivals
+from buffersizing.workload import HEADER_BYTES, Workload, open_loop_arrivals, think_time
 from topologies.netns import NamespaceSockets
 
 HEADER = struct.Struct("!QQ")  # transfer id, size in bytes (the header counts toward the size)
@@ -224,7 +224,7 @@ class Generator:
         w = self.workload
         rng = random.Random(w.seed * 100_003 + 7 + u)
         host = self.senders[u % len(self.senders)]
-        t = self.t0 + (rng.expovariate(1 / w.think_s) if w.think_s > 0 else 0.0)  # users start apart
+        t = self.t0 + think_time(w, rng)  # users start apart
         done = 0
         while w.transfers is None or done < w.transfers:
             if t > self.horizon() or not await self.wait_until(t):
@@ -233,8 +233,7 @@ class Generator:
             # Shielded: stopping the arrivals must not cut this transfer short (it gets the grace period).
             await asyncio.shield(self.launch("closed", u, host, size, t))
             done += 1
-            think = rng.expovariate(1 / w.think_s) if w.think_s > 0 else 0.0
-            t = max(time.monotonic(), t) + think
+            t = max(time.monotonic(), t) + think_time(w, rng)
 
     # ---- the run ------------------------------------------------------------------------------
 

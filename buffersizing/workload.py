@@ -17,7 +17,8 @@ Lengths (L, MEAN, MIN, CUT) are packets, or bytes with a B, KB or MB suffix (10 
 produce transfers longer than the run); the mean used for the load counts the cap.
 
 Arrivals: open loop (Poisson at an offered load, each arrival on the next sender host in turn)
-and closed loop (users who transfer, think for an exponential time, and repeat).
+and closed loop (users who transfer, think, and repeat; think times exponential, or Pareto with
+shape 1.5 as SURGE's inactive OFF times, both with the mean asked).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ HEADER_BYTES = 16  # the generator's own header (transfer id and size) opens eve
 DEFAULT_CAP_BYTES = 10_000_000
 # SURGE's fits (bytes): lognormal body mu 9.357, sigma 1.318; Pareto tail alpha 1.1 from 133 KB, 7 %.
 WEB = (9.357, 1.318, 133_000.0, 1.1, 0.07)
+THINK_KINDS = ("exp", "pareto")
+THINK_PARETO_ALPHA = 1.5  # SURGE's inactive OFF times: Pareto, k = 1 s, alpha 1.5 (mean 3 s)
 
 
 def parse_length(text: str) -> float:
@@ -195,7 +198,8 @@ class Workload:
     sizes: str = "fixed:14"
     load: float = 0.0  # offered load of the open-loop arrivals, a fraction of the bottleneck rate
     users: int = 0
-    think_s: float = 1.0  # mean think time of a closed-loop user (exponential; 0: back to back)
+    think_s: float = 1.0  # mean think time of a closed-loop user (0: back to back)
+    think: str = "exp"  # its distribution: exp, or pareto (shape 1.5: SURGE's OFF times)
     transfers: int | None = None
     duration_s: float | None = None
     seed: int = 1
@@ -212,6 +216,8 @@ class Workload:
             raise UsageError("no short flows: give --load (open loop) or --users (closed loop), or both")
         if not (math.isfinite(self.think_s) and 0 <= self.think_s <= 3600):
             raise UsageError(f"--think-s {self.think_s:g}: must be from 0 to 3600")
+        if self.think not in THINK_KINDS:
+            raise UsageError(f"--think {self.think}: exp or pareto")
         if self.transfers is None and self.duration_s is None:
             raise UsageError("give --transfers or --duration: when the workload stops starting transfers")
         if self.transfers is not None and not 1 <= self.transfers <= 10_000_000:
@@ -229,6 +235,16 @@ class Workload:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def think_time(w: Workload, rng: random.Random) -> float:
+    """One think time of a closed-loop user, with mean w.think_s."""
+    if w.think_s <= 0:
+        return 0.0
+    if w.think == "pareto":  # scale k from the mean: E = alpha k / (alpha - 1)
+        k = w.think_s * (THINK_PARETO_ALPHA - 1) / THINK_PARETO_ALPHA
+        return k * (1 - rng.random()) ** (-1 / THINK_PARETO_ALPHA)
+    return rng.expovariate(1 / w.think_s)
 
 
 def expected_wire_bytes(dist: SizeDistribution) -> float:

@@ -99,3 +99,22 @@ def test_loss_table_sets_measurement_beside_seed_001_and_f16(tmp_path) -> None:
     table = (tmp_path / "table.md").read_text()
     assert "| P | 18 | 9.00% | 7.5% | 42.1% |" in table and "| O | 18 | 15.00% | 12.0% | - |" in table
     assert (tmp_path / "figure.png").exists()
+
+
+def test_transfer_table_compares_the_two_buffers_per_size(tmp_path) -> None:
+    from buffersizing.shortflow_transfer import TransferSpec, transfer_rows, write_transfer_report
+
+    spec = TransferSpec(rtts_ms=[60.0])
+    assert [spec.buffer_packets(60, k) for k in ("normal", "sqrtn")] == [495, 22]  # 100 Mb/s x 60 ms, / sqrt(500)
+    for kind, median in (("normal", 0.1), ("sqrtn", 0.15)):
+        (tmp_path / f"rtt60-{kind}").mkdir()
+        bins = [{"packets": "4-7", "packets_lo": 4, "transfers": 100, "median_s": median, "p95_s": 2 * median,
+                 "with_retrans": 0.1}]  # fmt: skip
+        r = fake_result(1, 1) | {"fct_by_size": bins, "loss_rate": 0.01}
+        (tmp_path / f"rtt60-{kind}" / "result.json").write_text(json.dumps(r))
+    rows = transfer_rows(tmp_path, spec)
+    assert [(r["buffer"], r["buffer_packets"]) for r in rows] == [("normal", 495), ("sqrtn", 22)]
+    assert spec.report(tmp_path) == 2
+    table = (tmp_path / "table.md").read_text()
+    assert "| 60 | 4-7 | 100, 0.100 / 0.200, 10% | 100, 0.150 / 0.300, 10% | 1.50 |" in table
+    assert (tmp_path / "figure.png").exists()

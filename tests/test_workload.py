@@ -122,3 +122,19 @@ def test_poisson_arrivals_have_the_asked_rate_and_exponential_gaps() -> None:
 def test_workload_refuses_what_cannot_run(kw: dict, match: str) -> None:
     with pytest.raises(UsageError, match=match):
         Workload(**kw).validate()
+
+
+@pytest.mark.parametrize("kind", ["exp", "pareto"])
+def test_think_times_have_the_asked_mean(kind: str) -> None:
+    from buffersizing.workload import think_time
+
+    w = Workload(users=1, think_s=3.0, think=kind, transfers=1)
+    rng = random.Random(9)
+    xs = [think_time(w, rng) for _ in range(400_000)]
+    # Pareto with shape 1.5 has an infinite variance: its sample mean converges slowly.
+    assert statistics.fmean(xs) == pytest.approx(3.0, rel=0.03 if kind == "exp" else 0.1)
+    if kind == "pareto":
+        assert min(xs) >= 1.0 - 1e-9  # SURGE's k = 1 s for a 3 s mean
+    assert think_time(Workload(users=1, think_s=0, transfers=1), rng) == 0.0
+    with pytest.raises(UsageError, match="--think"):
+        Workload(users=1, think="weibull", transfers=1).validate()
