@@ -102,7 +102,7 @@ def test_loss_table_sets_measurement_beside_seed_001_and_f16(tmp_path) -> None:
 
 
 def test_transfer_table_compares_the_two_buffers_per_size(tmp_path) -> None:
-    from buffersizing.shortflow_transfer import TransferSpec, transfer_rows, write_transfer_report
+    from buffersizing.shortflow_transfer import TransferSpec, transfer_rows
 
     spec = TransferSpec(rtts_ms=[60.0])
     assert [spec.buffer_packets(60, k) for k in ("normal", "sqrtn")] == [495, 22]  # 100 Mb/s x 60 ms, / sqrt(500)
