@@ -10,6 +10,7 @@ from buffersizing import options
 from buffersizing.resultdir import check_out_dir
 from buffersizing.shortflow_fig10 import Fig10Spec
 from buffersizing.shortflow_loss import LossSpec
+from buffersizing.shortflow_mix import MixSpec
 from buffersizing.shortflow_run import SHORT_WARMUP_S, ShortFlowOptions, format_shortflows, run_shortflows
 from buffersizing.shortflow_series import run_series
 from buffersizing.shortflow_transfer import TransferSpec
@@ -55,9 +56,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     e = sub.add_parser(
         "shortexp",
         help="a named short-flow experiment: fig10 (seed 000: mean queue vs flow length), loss (seed 001 Fig 1)"
-        " or transfer (seed 003: web transfer times at C x RTT and C x RTT/sqrt(N))",
+        ", mix (seed 000 Figs 13-14) or transfer (seed 003: web transfer times at C x RTT and C x RTT/sqrt(N))",
     )
-    e.add_argument("name", choices=("fig10", "loss", "transfer"))
+    e.add_argument("name", choices=("fig10", "loss", "mix", "transfer"))
     e.add_argument("--out", required=True, help="directory; re-running the same command resumes it")
     e.add_argument("--duration", type=float, help="measured seconds per point (default fig10 40, loss 60)")
     e.add_argument("--rates", help="fig10: link rates in Mb/s (default 5,10,20)")
@@ -66,18 +67,20 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     e.add_argument("--hosts", type=int, help="fig10: sender hosts (default 10)")
     e.add_argument("--workloads", help="loss: any of P (persistent), C (closed loop), O (open loop) (default P,C,O)")
     e.add_argument("--buffers", help="loss: buffers in packets (default 18,50,100,250,500)")
+    e.add_argument("--long-flows", help="mix: numbers of long flows (default 10,50,100,200,400)")
     e.add_argument("--users", type=int, help="loss, transfer: closed-loop users (default 600, 500)")
     e.set_defaults(func=run_experiment)
     return p
 
 
-def experiment_spec(a: argparse.Namespace) -> Fig10Spec | LossSpec | TransferSpec:
-    given = {k for k in ("rates", "lengths", "initcwnd", "hosts", "workloads", "buffers", "users")
+def experiment_spec(a: argparse.Namespace) -> Fig10Spec | LossSpec | MixSpec | TransferSpec:
+    given = {k for k in ("rates", "lengths", "initcwnd", "hosts", "workloads", "buffers", "users", "long_flows")
              if getattr(a, k) is not None}  # fmt: skip
     own = {"fig10": {"rates", "lengths", "initcwnd", "hosts"}, "loss": {"workloads", "buffers", "users"},
-           "transfer": {"users"}}[a.name]  # fmt: skip
+           "transfer": {"users"}, "mix": {"long_flows"}}[a.name]  # fmt: skip
     if given - own:
-        raise UsageError(f"shortexp {a.name} does not take --{', --'.join(sorted(given - own))}")
+        wrong = sorted(k.replace("_", "-") for k in given - own)
+        raise UsageError(f"shortexp {a.name} does not take --{', --'.join(wrong)}")
     if a.name == "fig10":
         spec = Fig10Spec()
         if a.rates:
@@ -90,6 +93,13 @@ def experiment_spec(a: argparse.Namespace) -> Fig10Spec | LossSpec | TransferSpe
         if a.duration is not None:
             spec.duration_s = a.duration
         return spec
+    if a.name == "mix":
+        mix = MixSpec()
+        if a.long_flows:
+            mix.long_flows = whole_numbers("--long-flows", a.long_flows)
+        if a.duration is not None:
+            mix.duration_s = a.duration
+        return mix
     if a.name == "transfer":
         tr = TransferSpec()
         if a.users is not None:

@@ -118,3 +118,23 @@ def test_transfer_table_compares_the_two_buffers_per_size(tmp_path) -> None:
     table = (tmp_path / "table.md").read_text()
     assert "| 60 | 4-7 | 100, 0.100 / 0.200, 10% | 100, 0.150 / 0.300, 10% | 1.50 |" in table
     assert (tmp_path / "figure.png").exists()
+
+
+def test_mix_points_and_table(tmp_path) -> None:
+    from buffersizing.shortflow_mix import MixSpec, mix_rows
+
+    spec = MixSpec(long_flows=[100])
+    pts = spec.points()
+    assert [(p[0], p[2] // 1514) for p in pts] == [("n100-sqrtn", 52), ("n100-bdp", 516)]  # 62.5 Mb/s x 100 ms
+    opts = pts[0][3]
+    assert opts.long_flows == 100 and opts.initcwnd == 2 and opts.workload.sizes == "fixed:14"
+    assert opts.workload.load == 0.2
+    for name, afct in (("n100-sqrtn", 0.3), ("n100-bdp", 0.6)):
+        (tmp_path / name).mkdir()
+        bins = [{"packets": "14", "transfers": 300, "mean_s": afct, "median_s": afct, "p95_s": 2 * afct}]
+        r = fake_result(1, 1) | {"fct_by_size": bins, "flows_in_congestion_avoidance": {"mean": 80.0}}
+        (tmp_path / name / "result.json").write_text(json.dumps(r))
+    rows = mix_rows(tmp_path, spec)
+    assert [(r["buffer"], r["afct_s"]) for r in rows] == [("sqrtn", 0.3), ("bdp", 0.6)]
+    assert spec.report(tmp_path) == 2
+    assert "| 100 | RTT*C/sqrt(n) | 52 | 0.8000 | 0.000% | 300 | 0.300 |" in (tmp_path / "table.md").read_text()
