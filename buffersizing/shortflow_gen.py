@@ -40,6 +40,7 @@ from topologies.netns import NamespaceSockets
 
 HEADER = struct.Struct("!QQ")  # transfer id, size in bytes (the header counts toward the size)
 CHUNK = 1 << 20
+FIRST_WRITE = 1 << 16
 RECV_BYTES = 1 << 18
 TCP_INFO_BYTES = 232
 TCP_INFO_MIN = 104  # through tcpi_total_retrans: every kernel since 2.6
@@ -162,10 +163,12 @@ class Generator:
                 await loop.sock_connect(s, self.addr)
                 tr.t_connected = time.monotonic()
                 tr.init_cwnd, tr.mss, _ = tcp_info(s)
-                first = HEADER.pack(tr.id, tr.size_bytes)
+                # The header goes out in one write with the first bytes (a write of its own would sit
+                # behind Nagle for a round trip); only that first part is copied.
                 left = tr.size_bytes - HEADER_BYTES
-                await loop.sock_sendall(s, first + bytes(self.payload[: min(left, CHUNK - HEADER_BYTES)]))
-                left -= min(left, CHUNK - HEADER_BYTES)
+                head = min(left, FIRST_WRITE - HEADER_BYTES)
+                await loop.sock_sendall(s, HEADER.pack(tr.id, tr.size_bytes) + bytes(self.payload[:head]))
+                left -= head
                 while left > 0:
                     k = min(left, CHUNK)
                     await loop.sock_sendall(s, self.payload[:k])
