@@ -62,6 +62,8 @@ def summary_rows(results: list[dict], ref_dir: Path = REFERENCE_DIR) -> list[dic
         hw_med = statistics.median(hw[n]) if n in hw else None
         old_med = statistics.median(old[n]) if n in old else None
         c = cv([float(p) for p in pk])
+        losses = [r["loss_rate_at_answer"] for r in rs if r.get("loss_rate_at_answer") is not None]
+        gt10 = [r["fidelity"]["frac_gt10"] for r in rs if r.get("fidelity", {}).get("available")]
         rows.append(
             {
                 "flows": n,
@@ -80,6 +82,8 @@ def summary_rows(results: list[dict], ref_dir: Path = REFERENCE_DIR) -> list[dic
                 "ratio_to_hardware": round(med_bytes / hw_med, 2) if hw_med else None,
                 "mininet2012_median_bytes": round(old_med) if old_med is not None else None,
                 "ratio_to_mininet2012": round(med_bytes / old_med, 2) if old_med else None,
+                "loss_at_answer_median": round(statistics.median(losses), 5) if losses else None,
+                "pacing_gt10_median": round(statistics.median(gt10), 4) if gt10 else None,
                 "cc": ",".join(sorted({r["cc"] for r in rs})),
                 "mean_wall_seconds": round(statistics.mean(r["wall_seconds"] for r in rs)),
             }
@@ -114,6 +118,8 @@ def write_table(rows: list[dict], out: Path) -> tuple[Path, Path]:
         ("ratio_to_hardware", "ours/hw"),
         ("mininet2012_median_bytes", "2012 median bytes"),
         ("ratio_to_mininet2012", "ours/2012"),
+        ("loss_at_answer_median", "loss at answer (median)"),
+        ("pacing_gt10_median", "gaps >10 % off (median)"),
     ]
     lines = ["| " + " | ".join(h for _, h in cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:

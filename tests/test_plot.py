@@ -49,6 +49,15 @@ def test_summary_rows_medians_spread_and_ratios():
     assert r10["ratio_to_hardware"] == pytest.approx(30 * FRAME_BYTES / hw10, abs=0.01)
     assert rows[100]["cv"] is None  # one run: no spread to report
     assert rows[10]["mininet2012_median_bytes"] == 52500
+    assert r10["loss_at_answer_median"] is None  # none recorded: not invented
+
+
+def test_summary_rows_loss_and_pacing_at_the_answer():
+    rs = [result(10, 20) | {"loss_rate_at_answer": x, "fidelity": {"available": True, "frac_gt10": g}}
+          for x, g in ((0.01, 0.02), (0.03, 0.05), (0.02, 0.01))]  # fmt: skip
+    rs.append(result(10, 25) | {"fidelity": {"available": False}})
+    (row,) = summary_rows(rs)
+    assert row["loss_at_answer_median"] == 0.02 and row["pacing_gt10_median"] == 0.02
 
 
 def test_report_writes_figure_and_tables(tmp_path):
