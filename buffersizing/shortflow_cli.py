@@ -9,6 +9,7 @@ from pathlib import Path
 from buffersizing import options
 from buffersizing.resultdir import check_out_dir
 from buffersizing.shortflow_fig10 import Fig10Spec
+from buffersizing.shortflow_fig12 import Fig12Spec
 from buffersizing.shortflow_loss import LossSpec
 from buffersizing.shortflow_mix import MixSpec
 from buffersizing.shortflow_run import SHORT_WARMUP_S, ShortFlowOptions, format_shortflows, run_shortflows
@@ -45,6 +46,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--long-warmup-s", type=float,
                    help="seconds the long flows run before the short ones (default: one cycle, >= 15)")  # fmt: skip
     p.add_argument("--initcwnd", type=int, help="senders' initial window in packets (default: the kernel's, 10)")
+    p.add_argument("--ladder", help="then step the buffer down in place to these packets, e.g. 100,50,20 (Fig 12)")
+    p.add_argument("--ladder-window-s", type=float, default=30.0,
+                   help="seconds measured at the first buffer and at each ladder step (default 30)")  # fmt: skip
     p.add_argument("--seed", type=int, default=1, help="random seed of arrivals and sizes (default 1)")
     p.add_argument("--max-size", type=float, default=DEFAULT_CAP_BYTES, help="cap on a transfer's bytes (default 1e7)")
     p.add_argument("--timeout-s", type=float, default=120.0, help="a transfer not done by then is failed (default 120)")
@@ -55,14 +59,18 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
     e = sub.add_parser(
         "shortexp",
-        help="a named short-flow experiment: fig10 (seed 000: mean queue vs flow length), loss (seed 001 Fig 1)"
+        help="a named short-flow experiment: fig10 (seed 000: mean queue vs flow length), fig12 (buffer for"
+        " completion time), loss (seed 001 Fig 1)"
         ", mix (seed 000 Figs 13-14) or transfer (seed 003: web transfer times at C x RTT and C x RTT/sqrt(N))",
     )
-    e.add_argument("name", choices=("fig10", "loss", "mix", "transfer"))
+    e.add_argument("name", choices=("fig10", "fig12", "loss", "mix", "transfer"))
     e.add_argument("--out", required=True, help="directory; re-running the same command resumes it")
-    e.add_argument("--duration", type=float, help="measured seconds per point (default fig10 40, loss 60)")
-    e.add_argument("--rates", help="fig10: link rates in Mb/s (default 5,10,20)")
-    e.add_argument("--lengths", help="fig10: flow lengths in packets (default 2,6,14,16,30,62,100)")
+    e.add_argument("--duration", type=float,
+                   help="measured seconds per point or ladder step (default 40; fig12 30, loss 60)")  # fmt: skip
+    e.add_argument("--rates", help="fig10, fig12: link rates in Mb/s (default 5,10,20; 5,20)")
+    e.add_argument(
+        "--lengths", help="fig10, fig12: flow lengths in packets (default 2,6,14,16,30,62,100; 2,14,30,62,100)"
+    )
     e.add_argument("--initcwnd", type=int, help="fig10: senders' initial window (default 2, as seed 000 assumes)")
     e.add_argument("--hosts", type=int, help="fig10: sender hosts (default 10)")
     e.add_argument("--workloads", help="loss: any of P (persistent), C (closed loop), O (open loop) (default P,C,O)")
@@ -73,11 +81,11 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
-def experiment_spec(a: argparse.Namespace) -> Fig10Spec | LossSpec | MixSpec | TransferSpec:
+def experiment_spec(a: argparse.Namespace) -> Fig10Spec | Fig12Spec | LossSpec | MixSpec | TransferSpec:
     given = {k for k in ("rates", "lengths", "initcwnd", "hosts", "workloads", "buffers", "users", "long_flows")
              if getattr(a, k) is not None}  # fmt: skip
     own = {"fig10": {"rates", "lengths", "initcwnd", "hosts"}, "loss": {"workloads", "buffers", "users"},
-           "transfer": {"users"}, "mix": {"long_flows"}}[a.name]  # fmt: skip
+           "transfer": {"users"}, "mix": {"long_flows"}, "fig12": {"rates", "lengths"}}[a.name]  # fmt: skip
     if given - own:
         wrong = sorted(k.replace("_", "-") for k in given - own)
         raise UsageError(f"shortexp {a.name} does not take --{', --'.join(wrong)}")
@@ -93,6 +101,15 @@ def experiment_spec(a: argparse.Namespace) -> Fig10Spec | LossSpec | MixSpec | T
         if a.duration is not None:
             spec.duration_s = a.duration
         return spec
+    if a.name == "fig12":
+        f12 = Fig12Spec()
+        if a.rates:
+            f12.rates_mbps = options.parse_float_list("--rates", a.rates, 0, 1000)
+        if a.lengths:
+            f12.lengths = whole_numbers("--lengths", a.lengths)
+        if a.duration is not None:
+            f12.window_s = a.duration
+        return f12
     if a.name == "mix":
         mix = MixSpec()
         if a.long_flows:
@@ -147,9 +164,11 @@ def run(a: argparse.Namespace) -> int:
         sizes=a.sizes, load=a.load, users=a.users, think_s=a.think_s, think=a.think, transfers=a.transfers,
         duration_s=a.duration, seed=a.seed, cap_bytes=int(a.max_size), timeout_s=a.timeout_s,
     )  # fmt: skip
+    ladder = whole_numbers("--ladder", a.ladder) if a.ladder else []
     opts = ShortFlowOptions(
-        workload, a.flows, a.warmup_s, a.initcwnd, a.tool, a.fidelity_s, long_warmup_s=a.long_warmup_s
-    )
+        workload, a.flows, a.warmup_s, a.initcwnd, a.tool, a.fidelity_s, long_warmup_s=a.long_warmup_s,
+        ladder_packets=ladder, ladder_window_s=a.ladder_window_s,
+    )  # fmt: skip
     opts.validate()
     cfg = options.config_from_args(a)
     require_root()

@@ -44,7 +44,7 @@ from monitors.recorder import queue_stats
 from topologies import FRAME_BYTES
 from topologies.config import DumbbellConfig
 from topologies.errors import UsageError
-from topologies.units import check_buffer_bytes, check_number
+from topologies.units import check_buffer_bytes, check_number, packets_to_bytes
 
 MAX_LATE_P99_S = 0.02  # open-loop arrivals later than this (p99) mean the generator fell behind
 SHORT_WARMUP_S = 2.0
@@ -61,6 +61,16 @@ class ShortFlowOptions:
     fidelity_s: float = 0.0
     grace_s: float = 5.0
     long_warmup_s: float | None = None  # of the long flows before the short ones; None: as measure does
+    # A buffer ladder (seed 000 Fig 12): after a first window of ladder_window_s at the run's buffer,
+    # the buffer is changed in place to each of these in turn, settled, and measured as long.
+    ladder_packets: list[int] = field(default_factory=list)
+    ladder_window_s: float = 30.0
+    ladder_settle_s: float = 3.0
+
+    def ladder_seconds(self) -> float:
+        """How long the short flows must run for the first window and the ladder after the warm-up."""
+        n = len(self.ladder_packets)
+        return self.ladder_window_s * (1 + n) + self.ladder_settle_s * n
 
     def validate(self) -> None:
         self.workload.validate()
@@ -76,6 +86,14 @@ class ShortFlowOptions:
         check_number("grace", self.grace_s, 0, 600, lo_inclusive=True)
         if self.long_warmup_s is not None:
             check_number("--long-warmup-s", self.long_warmup_s, 0, 3600, lo_inclusive=True)
+        if self.ladder_packets:
+            for b in self.ladder_packets:
+                check_buffer_bytes(packets_to_bytes(b), "ladder buffer")
+            check_number("ladder window", self.ladder_window_s, 0, 3600)
+            check_number("ladder settle", self.ladder_settle_s, 0, 600, lo_inclusive=True)
+            need = self.warmup_s + self.ladder_seconds()
+            if d is None or d < need:
+                raise UsageError(f"a buffer ladder needs the short flows to run {need:g} s (--duration)")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -140,6 +158,7 @@ def run_shortflows(
     window = (math.nan, math.nan)
     before: dict = {}
     after: dict = {}
+    steps: list[tuple] = []  # the ladder: (packets, counters and drops at its window's start and end)
     with ex:
         net = ex.net
         assert net is not None
@@ -167,6 +186,8 @@ def run_shortflows(
                 before["acked"] = ex.flows.bytes_acked()
             ex.trace_fidelity(opts.fidelity_s)
             t_end = t0 + w.duration_s if w.duration_s is not None else t0 + WAIT_LIMIT_S
+            if opts.ladder_packets:
+                t_end = t0 + opts.warmup_s + opts.ladder_window_s
             last_note = time.monotonic()
             while time.monotonic() < t_end and not sf.finished():
                 ex.sleep(min(0.5, max(0.0, t_end - time.monotonic())))
@@ -176,14 +197,26 @@ def run_shortflows(
             after = {"c": counters.read(), "drops": net.bottleneck.leaf_drops()}
             if ex.flows is not None:
                 after["acked"] = ex.flows.bytes_acked()
+            for b in opts.ladder_packets:
+                net.set_buffer(packets_to_bytes(b))
+                ex.sleep(opts.ladder_settle_s)
+                c0, d0 = counters.read(), net.bottleneck.leaf_drops()
+                ex.sleep(opts.ladder_window_s)
+                steps.append((b, c0, d0, counters.read(), net.bottleneck.leaf_drops()))
+                say(f"  ladder: {b} packets measured")
         # Transfers count from the planned start of the window (with no warm-up, from the first one);
         # rates and drops from the counters' own read times.
         window = (t0 + opts.warmup_s, after["c"].t)
         records = sf.stop()
         say(f"  {records.summary['counts']['done']} of {records.summary['counts']['started']} transfers done")
     assert records is not None and ex.recording is not None
+    fields = summarize(cfg, opts, records, window, before, after, ex.recording)
+    if steps:
+        fields["ladder"] = [
+            window_fields(cfg, records.rows, ex.recording, b, c0, d0, c1, d1) for b, c0, d0, c1, d1 in steps
+        ]
     result = ex.finish(
-        summarize(cfg, opts, records, window, before, after, ex.recording),
+        fields,
         {"generator_on_schedule": lateness(records.rows)["p99_s"] <= MAX_LATE_P99_S},
         reference_mbps=None,
         cpu_idle_min=cpu_idle_min(ex.recording.cpu, window),
@@ -267,6 +300,24 @@ def summarize(
         fields["long_flow_throughput"] = throughput_distribution(mbps, cfg.rate_mbps / opts.long_flows)
     fields["flows_in_congestion_avoidance"] = ca_summary(recording.ca_counts, window)
     return fields
+
+
+def window_fields(cfg: DumbbellConfig, rows: list[dict], recording, packets: int, c0, d0: int, c1, d1: int) -> dict:
+    """One step of a buffer ladder: the link, the queue and the transfers that started in its window
+    (a transfer still running at the window's end finishes under the next buffer, a few RTTs later)."""
+    sent = c1.tx_packets - c0.tx_packets
+    seconds = c1.t - c0.t
+    inside = started_between(rows, c0.t, c1.t)
+    return {
+        "buffer_packets": packets,
+        "window_seconds": round(seconds, 3),
+        "utilization": round((c1.tx_bytes - c0.tx_bytes) * 8 / seconds / 1e6 / cfg.rate_mbps, 5),
+        "loss_rate": round((d1 - d0) / max(1, sent + d1 - d0), 6),
+        "queue": queue_stats(recording.queue, c0.t, c1.t),
+        "transfers": transfer_counts(inside),
+        "offered_load": round(offered_load(inside, seconds, cfg.rate_mbps), 4),
+        "fct_by_size": fct_by_size(inside),
+    }
 
 
 def ca_summary(counts: list[tuple[float, int, int]], window: tuple[float, float]) -> dict:

@@ -160,6 +160,7 @@ def queue_stats(samples: list[QdiscSample], t0: float = -math.inf, t1: float = m
         "median_packets": statistics.median(pk),
         "p99_packets": _pct(pk, 0.99),
         "max_packets": max(pk),
+        "max_bytes": max(s.backlog for s in sel),  # the limit is in bytes: small frames fit more packets
         "empty_fraction": round(sum(q == 0 for q in pk) / len(pk), 4),
         "max_sample_gap_ms": round(max(gaps) * 1e3, 1) if gaps else None,
         "drops": sel[-1].drops - sel[0].drops,

@@ -138,3 +138,43 @@ def test_mix_points_and_table(tmp_path) -> None:
     assert [(r["buffer"], r["afct_s"]) for r in rows] == [("sqrtn", 0.3), ("bdp", 0.6)]
     assert spec.report(tmp_path) == 2
     assert "| 100 | RTT*C/sqrt(n) | 52 | 0.8000 | 0.000% | 300 | 0.300 |" in (tmp_path / "table.md").read_text()
+
+
+def test_fig12_answer_is_the_smallest_buffer_with_every_larger_step_within() -> None:
+    from buffersizing.shortflow_fig12 import smallest_within
+
+    steps = [(400, 1.0), (200, 1.05), (100, 1.10), (50, 1.2), (30, 1.0)]  # 30 passes again: noise, not an answer
+    assert smallest_within(steps, 1.125) == 100
+    assert smallest_within([(400, 1.3)], 1.125) is None
+    assert smallest_within([(400, None), (200, 1.0)], 1.125) is None
+
+
+def test_fig12_points_step_down_a_ladder_and_report(tmp_path) -> None:
+    from buffersizing.shortflow_fig12 import Fig12Spec
+
+    spec = Fig12Spec(rates_mbps=[10], lengths=[14], ladder=[100, 40])
+    ((name, _cfg, b, opts),) = spec.points()
+    assert name == "r10-l14" and b == 2000 * 1514 and opts.ladder_packets == [100, 40]
+    assert opts.workload.duration_s >= opts.warmup_s + opts.ladder_seconds()
+    with pytest.raises(UsageError, match="ladder"):
+        Fig12Spec(ladder=[40, 100]).validate()
+    (tmp_path / name).mkdir()
+    bins = lambda a: [{"packets": "14", "mean_s": a, "median_s": a, "p95_s": a}]  # noqa: E731
+    r = fake_result(1, 1) | {
+        "fct_by_size": bins(0.100),
+        "ladder": [
+            {"buffer_packets": 100, "fct_by_size": bins(0.105)},
+            {"buffer_packets": 40, "fct_by_size": bins(0.2)},
+        ],
+        "model": {
+            "available": True,
+            "initial_window": 2,
+            "load": 0.8,
+            "burst_moments": {"e1": 4.667, "e2": 28.0, "e3": 194.67},
+        },
+    }
+    (tmp_path / name / "result.json").write_text(json.dumps(r))
+    assert spec.report(tmp_path) == 1
+    table = (tmp_path / "table.md").read_text()
+    # 14 packets from IW 2 at load 0.8: E[X^2]/E[X] = 6; F11 at 1 %: ln(100) x 0.8/0.4 x 6 / 2 = 55.3 packets.
+    assert "| 10 | 14 | 2 | 0.790 | 0.1000 | 100 | 55.3 |" in table

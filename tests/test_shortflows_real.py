@@ -118,3 +118,21 @@ def test_fig10_series_runs_resumes_and_tabulates(no_leftovers, tmp_path):
     assert again.returncode == 0 and "[1/1]" not in again.stderr, again.stderr
     other = bufsize(*args[:-2], "--hosts", "3", timeout=60)
     assert other.returncode != 0 and "other settings" in other.stderr
+
+
+@pytest.mark.integration
+def test_buffer_ladder_measures_each_step_in_place(no_leftovers, tmp_path):
+    res = bufsize(
+        "shortflows", *LINK, "--sizes", "fixed:14", "--load", "0.8", "--initcwnd", "2", "--warmup-s", "1",
+        "--ladder", "30,5", "--ladder-window-s", "3", "--duration", "17", "--out", str(tmp_path / "l"), "--json",
+        timeout=240,
+    )  # fmt: skip
+    assert res.returncode in (0, 3), res.stderr
+    r = json.loads(res.stdout)
+    steps = r["ladder"]
+    assert [s["buffer_packets"] for s in steps] == [30, 5]
+    for s in steps:
+        assert 2.5 < s["window_seconds"] < 4 and s["transfers"]["started"] > 10
+        assert s["queue"]["max_bytes"] <= s["buffer_packets"] * 1514  # bfifo's limit, in bytes
+    assert steps[1]["loss_rate"] > steps[0]["loss_rate"] >= 0  # 14-packet bursts into 5 packets: drops
+    assert r["queue"]["max_bytes"] <= 100 * 1514 and steps[1]["queue"]["max_bytes"] < steps[0]["queue"]["max_bytes"]
