@@ -15,13 +15,11 @@ queue depends on the load and the burst sizes only, not on the rate, so the comp
 
 from __future__ import annotations
 
-import csv
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from buffersizing.resultdir import read_finished
 from buffersizing.shortflow_run import ShortFlowOptions
+from buffersizing.shortflow_series import finish_axes, finished_points, pyplot, save_figure, write_table
 from buffersizing.workload import Workload
 from topologies.config import DumbbellConfig, parse_rtts
 from topologies.errors import UsageError
@@ -74,10 +72,7 @@ class Fig10Spec:
 
 def fig10_rows(out: Path, spec: Fig10Spec) -> list[dict]:
     rows = []
-    for name, cfg, _b, _o in spec.points():
-        r = read_finished(out / name / "result.json")
-        if r is None:
-            continue
+    for name, cfg, _b, r in finished_points(out, spec):
         m = r.get("model", {})
         fct = {b["packets"]: b for b in r.get("fct_by_size", [])}
         length = int(name.split("-l")[1])
@@ -109,10 +104,6 @@ def _ratio(a: float | None, b: float | None) -> str:
 def write_fig10_report(out: Path, rows: list[dict], spec: Fig10Spec) -> None:
     if not rows:
         return
-    with (out / "table.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
     head = ("| rate Mb/s | flow length (pkts) | IW | offered load | transfers | mean queue (pkts) | F10 | "
             "measured/F10 | tail kappa | F11 kappa | kappa ratio | loss | FCT median ms | valid |")  # fmt: skip
     lines = [head, "|" + "---|" * 14]
@@ -124,20 +115,11 @@ def write_fig10_report(out: Path, rows: list[dict], spec: Fig10Spec) -> None:
             f"{_ratio(r['kappa_measured'], r['kappa_f11'])} | {r['loss_rate']:.4%} | {r['fct_median_ms']} | "
             f"{'yes' if r['valid'] else 'FLAGGED'} |"
         )
-    (out / "table.md").write_text("\n".join(lines) + "\n")
-    try:
-        plot_fig10(out, rows, spec)
-    except Exception as e:  # noqa: BLE001 - the table is written; a plot is a convenience
-        print(f"fig10 figure not drawn: {type(e).__name__}: {e}", file=sys.stderr)
+    write_table(out, rows, lines, lambda: plot_fig10(out, rows, spec), "fig10")
 
 
 def plot_fig10(out: Path, rows: list[dict], spec: Fig10Spec) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = pyplot().subplots(figsize=(8, 4.5))
     marks = "os^Dv"
     for i, rate in enumerate(spec.rates_mbps):
         sel = sorted((r for r in rows if r["rate_mbps"] == rate), key=lambda r: r["packets"])
@@ -152,13 +134,7 @@ def plot_fig10(out: Path, rows: list[dict], spec: Fig10Spec) -> None:
         xs = sorted(model)
         ax.plot(xs, [sum(model[x]) / len(model[x]) for x in xs], "k--", lw=1,
                 label=f"F10 (M/G/1 bursts, IW {spec.initcwnd}, measured load)")  # fmt: skip
-    ax.set_xscale("log")
-    ax.set_xlabel("flow length (packets)")
-    ax.set_ylabel("mean queue (packets)")
-    ax.set_title(f"Seed 000 Fig 10 on this testbed: Poisson short flows at load {spec.load:g}, "
-                 f"{spec.cc}, buffer {spec.buffer_packets}", fontsize=9)  # fmt: skip
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "figure.png", dpi=120)
-    plt.close(fig)
+    title = (f"Seed 000 Fig 10 on this testbed: Poisson short flows at load {spec.load:g}, {spec.cc}, "
+             f"buffer {spec.buffer_packets}")  # fmt: skip
+    finish_axes(ax, "flow length (packets)", "mean queue (packets)", title)
+    save_figure(fig, out / "figure.png")

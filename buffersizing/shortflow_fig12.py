@@ -12,14 +12,12 @@ is within 12.5 % of the reference. Beside it, F11's buffer for an overflow proba
 
 from __future__ import annotations
 
-import csv
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from buffersizing import model
-from buffersizing.resultdir import read_finished
 from buffersizing.shortflow_run import ShortFlowOptions
+from buffersizing.shortflow_series import finish_axes, finished_points, pyplot, save_figure, write_table
 from buffersizing.workload import Workload
 from topologies.config import DumbbellConfig, parse_rtts
 from topologies.errors import UsageError
@@ -92,10 +90,7 @@ def smallest_within(steps: list[tuple[int, float | None]], limit: float) -> int 
 
 def fig12_rows(out: Path, spec: Fig12Spec) -> list[dict]:
     rows = []
-    for name, cfg, _b, _o in spec.points():
-        r = read_finished(out / name / "result.json")
-        if r is None:
-            continue
+    for name, cfg, _b, r in finished_points(out, spec):
         length = int(name.split("-l")[1])
         ref = afct(r["fct_by_size"], length)
         steps = [(s["buffer_packets"], afct(s["fct_by_size"], length)) for s in r.get("ladder", [])]
@@ -125,10 +120,6 @@ def fig12_rows(out: Path, spec: Fig12Spec) -> list[dict]:
 def write_fig12_report(out: Path, rows: list[dict], spec: Fig12Spec) -> None:
     if not rows:
         return
-    with (out / "table.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
     lines = [
         "| rate Mb/s | flow length (pkts) | IW | offered load | AFCT at 2000 pkts (s) | smallest buffer within 12.5 % "
         "| F11, P = 1 % | F11, P = 2.5 % | valid |",
@@ -141,20 +132,11 @@ def write_fig12_report(out: Path, rows: list[dict], spec: Fig12Spec) -> None:
             f"{r['min_buffer_packets'] if r['min_buffer_packets'] is not None else 'none of the ladder'} | "
             f"{r['f11_p01']} | {r['f11_p025']} | {'yes' if r['valid'] else 'FLAGGED'} |"
         )
-    (out / "table.md").write_text("\n".join(lines) + "\n")
-    try:
-        plot_fig12(out, rows, spec)
-    except Exception as e:  # noqa: BLE001 - the table is written; a plot is a convenience
-        print(f"fig12 figure not drawn: {type(e).__name__}: {e}", file=sys.stderr)
+    write_table(out, rows, lines, lambda: plot_fig12(out, rows, spec), "fig12")
 
 
 def plot_fig12(out: Path, rows: list[dict], spec: Fig12Spec) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = pyplot().subplots(figsize=(8, 4.5))
     for i, rate in enumerate(spec.rates_mbps):
         sel = sorted(
             (r for r in rows if r["rate_mbps"] == rate and r["min_buffer_packets"]), key=lambda r: r["packets"]
@@ -166,13 +148,7 @@ def plot_fig12(out: Path, rows: list[dict], spec: Fig12Spec) -> None:
         pts = sorted({(r["packets"], r[key]) for r in rows if r[key] is not None})
         if pts:
             ax.plot([p for p, _ in pts], [b for _, b in pts], style, lw=1, label=label)
-    ax.set_xscale("log")
-    ax.set_xlabel("flow length (packets)")
-    ax.set_ylabel("smallest buffer (packets)")
-    ax.set_title(f"Seed 000 Fig 12 on this testbed: AFCT within 12.5 % of a {spec.reference_packets}-packet buffer, "
-                 f"load {spec.load:g}, IW {spec.initcwnd}", fontsize=9)  # fmt: skip
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "figure.png", dpi=120)
-    plt.close(fig)
+    title = (f"Seed 000 Fig 12 on this testbed: AFCT within 12.5 % of a {spec.reference_packets}-packet buffer, "
+             f"load {spec.load:g}, IW {spec.initcwnd}")  # fmt: skip
+    finish_axes(ax, "flow length (packets)", "smallest buffer (packets)", title)
+    save_figure(fig, out / "figure.png")

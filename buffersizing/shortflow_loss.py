@@ -19,14 +19,12 @@ every second, so the N reached is measured, not assumed.
 
 from __future__ import annotations
 
-import csv
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from buffersizing import model
-from buffersizing.resultdir import read_finished
 from buffersizing.shortflow_run import ShortFlowOptions
+from buffersizing.shortflow_series import finish_axes, finished_points, pyplot, save_figure, write_table
 from buffersizing.workload import Workload
 from topologies.config import DumbbellConfig
 from topologies.errors import UsageError
@@ -98,10 +96,7 @@ class LossSpec:
 
 def loss_rows(out: Path, spec: LossSpec) -> list[dict]:
     rows = []
-    for name, _cfg, _b, _o in spec.points():
-        r = read_finished(out / name / "result.json")
-        if r is None:
-            continue
+    for name, _cfg, _b, r in finished_points(out, spec):
         kind, b = name.split("-b")
         ca = r.get("flows_in_congestion_avoidance", {})
         thr = r.get("long_flow_throughput", {})
@@ -129,10 +124,6 @@ def loss_rows(out: Path, spec: LossSpec) -> list[dict]:
 def write_loss_report(out: Path, rows: list[dict], spec: LossSpec) -> None:
     if not rows:
         return
-    with (out / "table.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
     lines = [
         "| traffic | buffer (pkts) | loss | published (seed 001) | F16 | utilization | flows in CA (mean) | "
         "flows active | transfers | offered load | valid |",
@@ -146,20 +137,11 @@ def write_loss_report(out: Path, rows: list[dict], spec: LossSpec) -> None:
             f"{r['utilization']:.3f} | {r['flows_in_ca_mean']} | {r['flows_active_mean']} | {r['transfers_done']} | "
             f"{r['offered_load']:.3f} | {'yes' if r['valid'] else 'FLAGGED'} |"
         )
-    (out / "table.md").write_text("\n".join(lines) + "\n")
-    try:
-        plot_loss(out, rows, spec)
-    except Exception as e:  # noqa: BLE001 - the table is written; a plot is a convenience
-        print(f"loss figure not drawn: {type(e).__name__}: {e}", file=sys.stderr)
+    write_table(out, rows, lines, lambda: plot_loss(out, rows, spec), "loss")
 
 
 def plot_loss(out: Path, rows: list[dict], spec: LossSpec) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = pyplot().subplots(figsize=(8, 4.5))
     names = {"P": "persistent + mice", "C": "closed loop", "O": "open loop"}
     for i, kind in enumerate(spec.workloads):
         sel = sorted((r for r in rows if r["workload"] == kind), key=lambda r: r["buffer_packets"])
@@ -174,14 +156,7 @@ def plot_loss(out: Path, rows: list[dict], spec: LossSpec) -> None:
         f16 = [100 * model.loss_rate_persistent(spec.persistent_flows, BDP_PACKETS, b) for b in bs]
         ax.plot(bs, f16, "k:", lw=1, label="F16 (persistent)")
     ax.axvline(BDP_PACKETS / spec.persistent_flows**0.5, color="grey", ls="--", lw=0.8, label="RTT*C/sqrt(200)")
-    ax.set_xscale("log")
-    ax.set_xlabel("buffer (packets)")
-    ax.set_ylabel("loss rate (%)")
     ax.set_ylim(bottom=0)
-    ax.set_title(f"Seed 001 Fig 1 on this testbed: {spec.rate_mbps:g} Mb/s, RTT 30-530 ms (harmonic 60), {spec.cc}",
-                 fontsize=9)  # fmt: skip
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "figure.png", dpi=120)
-    plt.close(fig)
+    title = f"Seed 001 Fig 1 on this testbed: {spec.rate_mbps:g} Mb/s, RTT 30-530 ms (harmonic 60), {spec.cc}"
+    finish_axes(ax, "buffer (packets)", "loss rate (%)", title)
+    save_figure(fig, out / "figure.png")

@@ -11,15 +11,13 @@ reno, and the same 20 % of 14-packet flows (initial window 2, as the seed's mode
 
 from __future__ import annotations
 
-import csv
 import math
 import statistics
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from buffersizing.resultdir import read_finished
 from buffersizing.shortflow_run import ShortFlowOptions
+from buffersizing.shortflow_series import finish_axes, finished_points, pyplot, save_figure, write_table
 from buffersizing.workload import Workload
 from topologies import FRAME_BYTES
 from topologies.config import DumbbellConfig, parse_rtts
@@ -79,10 +77,7 @@ class MixSpec:
 
 def mix_rows(out: Path, spec: MixSpec) -> list[dict]:
     rows = []
-    for name, _cfg, buffer_bytes, _o in spec.points():
-        r = read_finished(out / name / "result.json")
-        if r is None:
-            continue
+    for name, _cfg, buffer_bytes, r in finished_points(out, spec):
         n, kind = name.removeprefix("n").split("-")
         short = next((b for b in r["fct_by_size"] if b["packets"] == str(SHORT_PACKETS)), {})
         ca = r.get("flows_in_congestion_avoidance", {})
@@ -107,10 +102,6 @@ def mix_rows(out: Path, spec: MixSpec) -> list[dict]:
 def write_mix_report(out: Path, rows: list[dict], spec: MixSpec) -> None:
     if not rows:
         return
-    with (out / "table.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
     lines = [
         "| long flows | buffer | packets | utilization | loss | 14-packet flows | AFCT s | median | p95 | "
         "long flows in CA | valid |",
@@ -125,20 +116,11 @@ def write_mix_report(out: Path, rows: list[dict], spec: MixSpec) -> None:
             f"{r['utilization']:.4f} | {r['loss_rate']:.3%} | {r['short_transfers']} | {afct} | {med} | {p95} | "
             f"{r['long_in_ca_mean']} | {'yes' if r['valid'] else 'FLAGGED'} |"
         )
-    (out / "table.md").write_text("\n".join(lines) + "\n")
-    try:
-        plot_mix(out, rows, spec)
-    except Exception as e:  # noqa: BLE001 - the table is written; a plot is a convenience
-        print(f"mix figure not drawn: {type(e).__name__}: {e}", file=sys.stderr)
+    write_table(out, rows, lines, lambda: plot_mix(out, rows, spec), "mix")
 
 
 def plot_mix(out: Path, rows: list[dict], spec: MixSpec) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (a1, a2) = pyplot().subplots(1, 2, figsize=(10, 4))
     for kind, style, label in (("sqrtn", "o-", "RTT*C/sqrt(n)"), ("bdp", "s--", "RTT*C")):
         sel = sorted((r for r in rows if r["buffer"] == kind), key=lambda r: r["long_flows"])
         if not sel:
@@ -146,15 +128,8 @@ def plot_mix(out: Path, rows: list[dict], spec: MixSpec) -> None:
         xs = [r["long_flows"] for r in sel]
         a1.plot(xs, [r["afct_s"] for r in sel], style, ms=4, label=label)
         a2.plot(xs, [100 * r["utilization"] for r in sel], style, ms=4, label=label)
-    a1.set_ylabel(f"AFCT of {SHORT_PACKETS}-packet flows (s)")
-    a2.set_ylabel("utilization (%)")
-    for ax in (a1, a2):
-        ax.set_xscale("log")
-        ax.set_xlabel("long-lived flows n")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+    finish_axes(a1, "long-lived flows n", f"AFCT of {SHORT_PACKETS}-packet flows (s)")
+    finish_axes(a2, "long-lived flows n", "utilization (%)")
     fig.suptitle(f"Seed 000 Figs 13-14 on this testbed: {spec.rate_mbps:g} Mb/s, RTT {spec.rtt_ms} ms, {spec.cc}, "
                  f"{spec.short_load:.0%} of {SHORT_PACKETS}-packet flows", fontsize=9)  # fmt: skip
-    fig.tight_layout()
-    fig.savefig(out / "figure.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, out / "figure.png")

@@ -7,6 +7,7 @@ experiment writes its table and figure (its report()); wall times are appended t
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 import time
@@ -71,3 +72,55 @@ def run_series(out: Path, spec: SeriesSpec, backend: str, say: Callable[[str], N
     with (out / "wall_seconds.txt").open("a") as f:
         f.write(f"{round(wall)}\n")
     return {"points": len(points), "finished": finished, "failed": failed, "wall_seconds": round(wall)}
+
+
+def write_table(out: Path, rows: list[dict], markdown: list[str], draw: Callable[[], None], what: str) -> None:
+    """An experiment's table.csv (every field of every row), table.md and figure; a figure that
+    cannot be drawn is said, not raised (the tables are the results)."""
+    with (out / "table.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    (out / "table.md").write_text("\n".join(markdown) + "\n")
+    try:
+        draw()
+    except Exception as e:  # noqa: BLE001 - a figure is a convenience
+        print(f"{what} figure not drawn: {type(e).__name__}: {e}", file=sys.stderr)
+
+
+def pyplot():  # noqa: ANN201 - matplotlib's module, imported only when a figure is drawn
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def finish_axes(ax, xlabel: str, ylabel: str, title: str | None = None) -> None:  # noqa: ANN001
+    """Log x axis, labels, grid and legend, as every experiment's figure has them."""
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def save_figure(fig, path: Path) -> None:  # noqa: ANN001
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def finished_points(out: Path, spec: SeriesSpec) -> list[tuple[str, DumbbellConfig, int, dict]]:
+    """(name, link, buffer bytes, result) of every point that has a result, in the spec's order."""
+    done = []
+    for name, cfg, buffer_bytes, _opts in spec.points():
+        r = read_finished(out / name / "result.json")
+        if r is not None:
+            done.append((name, cfg, buffer_bytes, r))
+    return done

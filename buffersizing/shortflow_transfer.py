@@ -14,14 +14,12 @@ runs to 2000 hosts; this machine's generator is sized in bench/results/shortflow
 
 from __future__ import annotations
 
-import csv
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from buffersizing.resultdir import read_finished
 from buffersizing.shortflow_run import ShortFlowOptions
+from buffersizing.shortflow_series import finish_axes, finished_points, pyplot, save_figure, write_table
 from buffersizing.workload import Workload
 from topologies import FRAME_BYTES
 from topologies.config import DumbbellConfig
@@ -77,10 +75,7 @@ class TransferSpec:
 def transfer_rows(out: Path, spec: TransferSpec) -> list[dict]:
     """One row per (RTT, buffer, size bin): completion times, with the run's loss and utilization."""
     rows = []
-    for name, _cfg, buffer_bytes, _o in spec.points():
-        r = read_finished(out / name / "result.json")
-        if r is None:
-            continue
+    for name, _cfg, buffer_bytes, r in finished_points(out, spec):
         rtt, kind = name.removeprefix("rtt").split("-")
         for b in r["fct_by_size"]:
             rows.append(
@@ -105,10 +100,6 @@ def transfer_rows(out: Path, spec: TransferSpec) -> list[dict]:
 def write_transfer_report(out: Path, rows: list[dict], spec: TransferSpec) -> None:
     if not rows:
         return
-    with (out / "table.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
     lines = [
         "| RTT ms | size (pkts) | normal: transfers, median / p95 s, with retrans | "
         "sqrtN: transfers, median / p95 s, with retrans | median sqrtN/normal |",
@@ -132,20 +123,11 @@ def write_transfer_report(out: Path, rows: list[dict], spec: TransferSpec) -> No
     lines += ["", "| RTT ms | buffer | packets | loss | utilization | valid |", "|---|---|---|---|---|---|"]
     for (rtt, kind), (bp, loss, util, valid) in sorted(runs.items()):
         lines.append(f"| {rtt:g} | {kind} | {bp} | {loss:.3%} | {util:.3f} | {'yes' if valid else 'FLAGGED'} |")
-    (out / "table.md").write_text("\n".join(lines) + "\n")
-    try:
-        plot_transfer(out, rows, spec)
-    except Exception as e:  # noqa: BLE001 - the table is written; a plot is a convenience
-        print(f"transfer figure not drawn: {type(e).__name__}: {e}", file=sys.stderr)
+    write_table(out, rows, lines, lambda: plot_transfer(out, rows, spec), "transfer")
 
 
 def plot_transfer(out: Path, rows: list[dict], spec: TransferSpec) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(spec.rtts_ms), figsize=(5 * len(spec.rtts_ms), 4), squeeze=False)
+    fig, axes = pyplot().subplots(1, len(spec.rtts_ms), figsize=(5 * len(spec.rtts_ms), 4), squeeze=False)
     for ax, rtt in zip(axes[0], spec.rtts_ms, strict=True):
         for kind, style in zip(BUFFERS, ("o-", "s--"), strict=True):
             sel = sorted((r for r in rows if r["rtt_ms"] == rtt and r["buffer"] == kind), key=lambda r: r["packets_lo"])
@@ -155,14 +137,8 @@ def plot_transfer(out: Path, rows: list[dict], spec: TransferSpec) -> None:
                         label=f"{kind} ({bp} packets), median")  # fmt: skip
                 ax.plot([r["packets_lo"] for r in sel], [r["fct_p95_s"] for r in sel], style, ms=2, alpha=0.4,
                         label=f"{kind}, p95")  # fmt: skip
-        ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel("transfer size (packets, bin start)")
-        ax.set_ylabel("transfer time (s)")
-        ax.set_title(f"RTT {rtt:g} ms, {spec.users} web users, {spec.rate_mbps:g} Mb/s", fontsize=9)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
+        title = f"RTT {rtt:g} ms, {spec.users} web users, {spec.rate_mbps:g} Mb/s"
+        finish_axes(ax, "transfer size (packets, bin start)", "transfer time (s)", title)
     fig.suptitle("Seed 003 on this testbed: transfer time at C x RTT against C x RTT / sqrt(N)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out / "figure.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, out / "figure.png")
