@@ -21,6 +21,7 @@ from pathlib import Path
 from buffersizing.shortflow_run import ShortFlowOptions
 from buffersizing.shortflow_series import finish_axes, finished_points, pyplot, save_figure, write_table
 from buffersizing.workload import Workload
+from topologies import FRAME_BYTES
 from topologies.config import DumbbellConfig, parse_rtts
 from topologies.errors import UsageError
 from topologies.units import packets_to_bytes
@@ -84,7 +85,9 @@ def fig10_rows(out: Path, spec: Fig10Spec) -> list[dict]:
                 "load_offered": r["transfers"]["offered_load_in_window"],
                 "utilization": r["utilization"],
                 "transfers": r["transfers"]["in_window"]["done"],
-                "mean_queue": r["queue"].get("mean_packets"),
+                # Full-size frames (bytes / 1514), the model's unit; frames of any size beside it.
+                "mean_queue": round(r["queue"]["mean_bytes"] / FRAME_BYTES, 2) if "mean_bytes" in r["queue"] else None,
+                "mean_queue_frames": r["queue"].get("mean_packets"),
                 "f10_mean_queue": m.get("mean_queue_packets_f10"),
                 "kappa_measured": r.get("queue_tail_kappa"),
                 "kappa_f11": m.get("kappa_f11"),
@@ -104,7 +107,7 @@ def _ratio(a: float | None, b: float | None) -> str:
 def write_fig10_report(out: Path, rows: list[dict], spec: Fig10Spec) -> None:
     if not rows:
         return
-    head = ("| rate Mb/s | flow length (pkts) | IW | offered load | transfers | mean queue (pkts) | F10 | "
+    head = ("| rate Mb/s | flow length (pkts) | IW | offered load | transfers | mean queue (full-size pkts) | F10 | "
             "measured/F10 | tail kappa | F11 kappa | kappa ratio | loss | FCT median ms | valid |")  # fmt: skip
     lines = [head, "|" + "---|" * 14]
     for r in rows:

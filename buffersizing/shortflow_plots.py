@@ -60,7 +60,7 @@ def plot_shortflows(d: Path) -> list[Path]:
             ax.plot(bs, [math.exp(-m["kappa_f11"] * b) for b in bs], "k--", lw=0.8, label=label)
         ax.set_yscale("log")
         ax.set_ylim(bottom=max(1e-5, min(p for _, p in ccdf) / 2))
-        ax.set_xlabel("queue b (packets)")
+        ax.set_xlabel("queue b (full-size packets: backlog bytes / 1514)")
         ax.set_ylabel("P(Q >= b)")
         ax.set_title(head, fontsize=9)
         ax.grid(True, alpha=0.3)

@@ -264,7 +264,9 @@ def summarize(
     rows = records.rows
     in_window = started_between(rows, *window)
     load = offered_load(in_window, seconds, cfg.rate_mbps)
-    backlogs = [s.qlen for s in recording.queue if window[0] <= s.t <= window[1]]
+    # In full-size frames (backlog bytes / 1514): SYNs, FINs and handshake ACKs queue too, and counted
+    # as packets they would swell a short-flow queue whose service time they barely take.
+    backlogs = [round(s.backlog / FRAME_BYTES) for s in recording.queue if window[0] <= s.t <= window[1]]
     ccdf = queue_ccdf(backlogs)
     iws = initial_windows(rows)
     iw = max(iws, key=lambda k: iws[k]) if iws else (opts.initcwnd or 10)

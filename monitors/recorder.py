@@ -161,6 +161,7 @@ def queue_stats(samples: list[QdiscSample], t0: float = -math.inf, t1: float = m
         "p99_packets": _pct(pk, 0.99),
         "max_packets": max(pk),
         "max_bytes": max(s.backlog for s in sel),  # the limit is in bytes: small frames fit more packets
+        "mean_bytes": round(statistics.fmean(s.backlog for s in sel), 1),
         "empty_fraction": round(sum(q == 0 for q in pk) / len(pk), 4),
         "max_sample_gap_ms": round(max(gaps) * 1e3, 1) if gaps else None,
         "drops": sel[-1].drops - sel[0].drops,

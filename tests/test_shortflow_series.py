@@ -46,7 +46,7 @@ def fake_result(mean_q: float, f10: float) -> dict:
             "open_loop_lateness": {"p99_s": 0.001},
         },
         "utilization": 0.8,
-        "queue": {"mean_packets": mean_q},
+        "queue": {"mean_packets": mean_q + 1, "mean_bytes": mean_q * 1514},
         "queue_tail_kappa": 0.25,
         "loss_rate": 0.0,
         "valid": True,
