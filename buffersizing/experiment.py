@@ -51,6 +51,16 @@ MIN_SAMPLE_S = 0.1
 Say = Callable[[str], None]
 
 
+def line_lost(stats0: dict, stats1: dict) -> dict | None:
+    """Late wake-ups of the line shaper beyond its catch-up allowance between two snapshots of the
+    delay line's counters: capacity it lost (None: no line shaper)."""
+    line0, line1 = stats0.get("line", {}), stats1.get("line", {})
+    if not (line0 and line1):
+        return None
+    lost_ms = (line1.get("lost_ns", 0) - line0.get("lost_ns", 0)) / 1e6
+    return {"clock_resets": line1["clock_resets"] - line0["clock_resets"], "lost_ms": round(lost_ms, 3)}
+
+
 def stderr_say(s: str) -> None:
     print(s, file=sys.stderr, flush=True)
 
@@ -195,12 +205,9 @@ class Experiment:
             self.sleep(seconds)
             self.fidelity, self.departures = mon.stop()
         stats1 = dl.stats() if dl else {}
-        line0, line1 = stats0.get("line", {}), stats1.get("line", {})
-        if line0 and line1:
-            # Late wake-ups of the line shaper beyond its catch-up allowance: capacity it lost.
-            resets = line1["clock_resets"] - line0["clock_resets"]
-            lost_ms = (line1.get("lost_ns", 0) - line0.get("lost_ns", 0)) / 1e6
-            self.fidelity["line"] = {"clock_resets": resets, "lost_ms": round(lost_ms, 3)}
+        lost = line_lost(stats0, stats1)
+        if lost is not None:
+            self.fidelity["line"] = lost
         before, after = stats0.get("pacer", {}), stats1.get("pacer", {})
         if before and after:
             # How many departures the pacer's kicks released (its counters, written every 200 ms).

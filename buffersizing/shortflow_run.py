@@ -21,7 +21,7 @@ from pathlib import Path
 
 from buffersizing import model
 from buffersizing.dynamics import auto_timing
-from buffersizing.experiment import Experiment, Say, check_fidelity_s
+from buffersizing.experiment import Experiment, Say, check_fidelity_s, line_lost
 from buffersizing.measure import MIN_WARMUP_S
 from buffersizing.shortflow_gen import COLUMNS
 from buffersizing.shortflow_plots import plot_shortflows
@@ -46,6 +46,7 @@ from topologies.config import DumbbellConfig
 from topologies.errors import UsageError
 from topologies.units import check_buffer_bytes, check_number, packets_to_bytes
 
+MAX_LINE_LOST = 0.001  # of the measured window; quiet runs lose nothing (bench/results/line-quick-n10*)
 MAX_LATE_P99_S = 0.02  # open-loop arrivals later than this (p99) mean the generator fell behind
 SHORT_WARMUP_S = 2.0
 WAIT_LIMIT_S = 6 * 3600.0
@@ -182,6 +183,7 @@ def run_shortflows(
         with net.bottleneck.counters() as counters:
             ex.sleep(opts.warmup_s)
             before = {"c": counters.read(), "drops": net.bottleneck.leaf_drops()}
+            before["line"] = net.delayline.stats() if net.delayline else {}
             if ex.flows is not None:
                 before["acked"] = ex.flows.bytes_acked()
             ex.trace_fidelity(opts.fidelity_s)
@@ -195,6 +197,7 @@ def run_shortflows(
                     last_note = time.monotonic()
                     say(f"  {time.monotonic() - t0:.0f} s of short flows")
             after = {"c": counters.read(), "drops": net.bottleneck.leaf_drops()}
+            after["line"] = net.delayline.stats() if net.delayline else {}
             if ex.flows is not None:
                 after["acked"] = ex.flows.bytes_acked()
             for b in opts.ladder_packets:
@@ -217,7 +220,10 @@ def run_shortflows(
         ]
     result = ex.finish(
         fields,
-        {"generator_on_schedule": lateness(records.rows)["p99_s"] <= MAX_LATE_P99_S},
+        {
+            "generator_on_schedule": lateness(records.rows)["p99_s"] <= MAX_LATE_P99_S,
+            "line_kept_time": line_kept_time(fields["line"], fields["window_seconds"]),
+        },
         reference_mbps=None,
         cpu_idle_min=cpu_idle_min(ex.recording.cpu, window),
         options=opts.to_dict(),
@@ -229,6 +235,15 @@ def run_shortflows(
         except Exception as e:  # noqa: BLE001 - plots are a convenience; the data are written
             say(f"  short-flow plots not drawn: {type(e).__name__}: {e}")
     return result
+
+
+def line_kept_time(lost: dict | None, seconds: float) -> bool | None:
+    """The line shaper lost at most MAX_LINE_LOST of the window to late wake-ups (None: no line).
+    A stall of the delay line holds every packet and then releases them as one burst, which a
+    short-flow queue (and its tail) shows as an episode of its own."""
+    if lost is None:
+        return None
+    return lost["lost_ms"] / 1000 <= MAX_LINE_LOST * seconds
 
 
 def lateness(rows: list[dict]) -> dict:
@@ -283,6 +298,8 @@ def summarize(
         "queue": queue_stats(recording.queue, *window),
         "queue_ccdf": ccdf,
         "queue_tail_kappa": tail_slope(ccdf),
+        # Time the line shaper lost over the window (the stats are written every 200 ms).
+        "line": line_lost(before.get("line", {}), after.get("line", {})),
         "transfers": {
             "all": transfer_counts(rows),
             "in_window": transfer_counts(in_window),

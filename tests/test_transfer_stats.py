@@ -123,3 +123,16 @@ def test_model_beside_uses_the_lengths_sent_and_the_initial_window() -> None:
     assert m10["burst_moments"]["e1"] == pytest.approx(7.0)
     assert m10["mean_queue_packets_f10"] > m2["mean_queue_packets_f10"]
     assert model_beside(rows, 1.2, 2)["available"] is False
+
+
+def test_line_time_lost_over_the_window_flags_a_stall() -> None:
+    from buffersizing.experiment import line_lost
+    from buffersizing.shortflow_run import line_kept_time
+
+    s0 = {"line": {"clock_resets": 3, "lost_ns": 1_000_000}}
+    s1 = {"line": {"clock_resets": 4, "lost_ns": 251_000_000}}
+    lost = line_lost(s0, s1)
+    assert lost == {"clock_resets": 1, "lost_ms": 250.0}
+    assert line_kept_time(lost, 40.0) is False  # a quarter-second stall in 40 s
+    assert line_kept_time({"clock_resets": 0, "lost_ms": 0.0}, 40.0) is True
+    assert line_lost({}, {}) is None and line_kept_time(None, 40.0) is None  # no line shaper: no verdict
