@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from buffersizing import options
@@ -18,6 +19,7 @@ from buffersizing.shortflow_transfer import TransferSpec
 from buffersizing.workload import DEFAULT_CAP_BYTES, Workload
 from topologies.errors import UsageError
 from topologies.machine import require_root
+from topologies.units import check_number
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -82,6 +84,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def experiment_spec(a: argparse.Namespace) -> Fig10Spec | Fig12Spec | LossSpec | MixSpec | TransferSpec:
+    if a.duration is not None:
+        check_number("--duration", a.duration, 1, 24 * 3600, lo_inclusive=True)
     given = {k for k in ("rates", "lengths", "initcwnd", "hosts", "workloads", "buffers", "users", "long_flows")
              if getattr(a, k) is not None}  # fmt: skip
     own = {"fig10": {"rates", "lengths", "initcwnd", "hosts"}, "loss": {"workloads", "buffers", "users"},
@@ -91,9 +95,9 @@ def experiment_spec(a: argparse.Namespace) -> Fig10Spec | Fig12Spec | LossSpec |
         raise UsageError(f"shortexp {a.name} does not take --{', --'.join(wrong)}")
     if a.name == "fig10":
         spec = Fig10Spec()
-        if a.rates:
+        if a.rates is not None:
             spec.rates_mbps = options.parse_float_list("--rates", a.rates, 0, 1000)
-        if a.lengths:
+        if a.lengths is not None:
             spec.lengths = whole_numbers("--lengths", a.lengths)
         for k in ("initcwnd", "hosts"):
             if getattr(a, k) is not None:
@@ -103,16 +107,16 @@ def experiment_spec(a: argparse.Namespace) -> Fig10Spec | Fig12Spec | LossSpec |
         return spec
     if a.name == "fig12":
         f12 = Fig12Spec()
-        if a.rates:
+        if a.rates is not None:
             f12.rates_mbps = options.parse_float_list("--rates", a.rates, 0, 1000)
-        if a.lengths:
+        if a.lengths is not None:
             f12.lengths = whole_numbers("--lengths", a.lengths)
         if a.duration is not None:
             f12.window_s = a.duration
         return f12
     if a.name == "mix":
         mix = MixSpec()
-        if a.long_flows:
+        if a.long_flows is not None:
             mix.long_flows = whole_numbers("--long-flows", a.long_flows)
         if a.duration is not None:
             mix.duration_s = a.duration
@@ -125,9 +129,9 @@ def experiment_spec(a: argparse.Namespace) -> Fig10Spec | Fig12Spec | LossSpec |
             tr.duration_s = a.duration
         return tr
     loss = LossSpec()
-    if a.workloads:
+    if a.workloads is not None:
         loss.workloads = [w.strip().upper() for w in a.workloads.split(",")]
-    if a.buffers:
+    if a.buffers is not None:
         loss.buffers = whole_numbers("--buffers", a.buffers)
     if a.users is not None:
         loss.users = a.users
@@ -147,8 +151,9 @@ def run_experiment(a: argparse.Namespace) -> int:
     spec = experiment_spec(a)
     spec.validate()
     require_root()
+    backend = spec.points()[0][1].backend()
     out = check_out_dir(a.out)
-    res = run_series(out, spec, spec.points()[0][1].backend())
+    res = run_series(out, spec, backend)
     print(f"{res['finished']} of {res['points']} points finished in {out}/ (table.md, figure.png)")
     for f in res["failed"]:
         print(f"failed: {f}")
@@ -158,26 +163,28 @@ def run_experiment(a: argparse.Namespace) -> int:
 def run(a: argparse.Namespace) -> int:
     if a.buffer_bytes is None and a.buffer_packets is None:
         raise UsageError("give the buffer under study: --buffer-packets or --buffer-bytes")
-    if not (a.max_size == int(a.max_size)):
+    if not (math.isfinite(a.max_size) and a.max_size == int(a.max_size)):
         raise UsageError(f"--max-size {a.max_size:g}: must be a whole number of bytes")
     workload = Workload(
         sizes=a.sizes, load=a.load, users=a.users, think_s=a.think_s, think=a.think, transfers=a.transfers,
         duration_s=a.duration, seed=a.seed, cap_bytes=int(a.max_size), timeout_s=a.timeout_s,
     )  # fmt: skip
-    ladder = whole_numbers("--ladder", a.ladder) if a.ladder else []
+    ladder = whole_numbers("--ladder", a.ladder) if a.ladder is not None else []
     opts = ShortFlowOptions(
         workload, a.flows, a.warmup_s, a.initcwnd, a.tool, a.fidelity_s, long_warmup_s=a.long_warmup_s,
         ladder_packets=ladder, ladder_window_s=a.ladder_window_s,
     )  # fmt: skip
     opts.validate()
     cfg = options.config_from_args(a)
+    cfg.validate()
     require_root()
+    backend = cfg.backend()  # before --out is made: a refusal there leaves nothing behind
     out = None
     if a.out is not None:
         out = check_out_dir(a.out)
         if (out / "result.json").exists() and not a.force:
             raise UsageError(f"--out {out} already holds a result.json; choose another directory or add --force")
     assert cfg.buffer_bytes is not None
-    result = run_shortflows(cfg, cfg.backend(), cfg.buffer_bytes, opts, out, log=(lambda s: None) if a.json else None)
+    result = run_shortflows(cfg, backend, cfg.buffer_bytes, opts, out, log=(lambda s: None) if a.json else None)
     print(json.dumps(result, indent=1) if a.json else format_shortflows(result, Path(a.out) if a.out else None))
     return 0 if result["valid"] else 3

@@ -28,7 +28,7 @@ from buffersizing.shortflow_series import finish_axes, finished_points, pyplot, 
 from buffersizing.workload import Workload
 from topologies.config import DumbbellConfig
 from topologies.errors import UsageError
-from topologies.units import packets_to_bytes
+from topologies.units import check_buffer_bytes, packets_to_bytes
 
 # 18 RTTs from 30 to 530 ms, 30 x (530/30)^((i/17)^1.88), rounded: harmonic mean 60.0 ms.
 SEED001_RTTS_MS = [30, 30, 32, 33, 36, 40, 45, 52, 60, 72, 86, 106, 133, 170, 220, 290, 389, 530]
@@ -61,6 +61,8 @@ class LossSpec:
             raise UsageError(f"--workloads: each of P, C, O (got {','.join(self.workloads)})")
         if not self.buffers:
             raise UsageError("give at least one buffer")
+        for b in self.buffers:
+            check_buffer_bytes(packets_to_bytes(b), "--buffers")
         for p in self.points():
             p[1].validate()
             p[3].validate()

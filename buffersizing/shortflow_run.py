@@ -87,11 +87,11 @@ class ShortFlowOptions:
         check_number("grace", self.grace_s, 0, 600, lo_inclusive=True)
         if self.long_warmup_s is not None:
             check_number("--long-warmup-s", self.long_warmup_s, 0, 3600, lo_inclusive=True)
+        check_number("--ladder-window-s", self.ladder_window_s, 1, 3600, lo_inclusive=True)
+        check_number("ladder settle", self.ladder_settle_s, 0, 600, lo_inclusive=True)
         if self.ladder_packets:
             for b in self.ladder_packets:
-                check_buffer_bytes(packets_to_bytes(b), "ladder buffer")
-            check_number("ladder window", self.ladder_window_s, 0, 3600)
-            check_number("ladder settle", self.ladder_settle_s, 0, 600, lo_inclusive=True)
+                check_buffer_bytes(packets_to_bytes(b), "--ladder")
             need = self.warmup_s + self.ladder_seconds()
             if d is None or d < need:
                 raise UsageError(f"a buffer ladder needs the short flows to run {need:g} s (--duration)")

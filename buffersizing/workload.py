@@ -64,7 +64,7 @@ class SizeDistribution:
     @staticmethod
     def parse(spec: str, cap_bytes: int = DEFAULT_CAP_BYTES) -> SizeDistribution:
         if not HEADER_BYTES <= cap_bytes <= 10**10:
-            raise UsageError(f"size cap {cap_bytes}: must be from {HEADER_BYTES} bytes to 10 GB")
+            raise UsageError(f"--max-size {cap_bytes}: must be from {HEADER_BYTES} bytes to 10 GB")
         kind, _, rest = spec.strip().partition(":")
         parts = [p for p in rest.split(":")] if rest else []
         try:
@@ -225,7 +225,9 @@ class Workload:
         if self.duration_s is not None and not (math.isfinite(self.duration_s) and 0 < self.duration_s <= 24 * 3600):
             raise UsageError(f"--duration {self.duration_s:g}: must be more than 0 s and at most a day")
         if not (math.isfinite(self.timeout_s) and 1 <= self.timeout_s <= 3600):
-            raise UsageError(f"transfer timeout {self.timeout_s:g} s: must be from 1 to 3600")
+            raise UsageError(f"--timeout-s {self.timeout_s:g}: must be from 1 to 3600 s")
+        if not 0 <= self.seed < 2**32:
+            raise UsageError(f"--seed {self.seed}: must be from 0 to 4294967295")
         return dist
 
     def arrival_rate(self, rate_mbps: float) -> float:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from conftest import BUFSIZE, ours, run_states
 
-from buffersizing import cli, shell
+from buffersizing import cli, shell, shortflow_cli
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = "<out>"  # replaced by a fresh path under tmp_path that must not exist afterwards
@@ -55,7 +55,17 @@ BASE = {
     "shell": [],
     # --known-hosts: any readable file passes validation (its keys are read when connecting).
     "remote": ["--out", OUT, "--flows", "2", "--machine", "192.0.2.1", "--known-hosts", __file__, "--commit", "HEAD"],
+    "shortflows": ["--buffer-packets", "10", "--load", "0.5", "--transfers", "5", "--out", OUT],
+    "shortexp": ["loss", "--out", OUT],
 }
+SHORTFLOWS_VALID = {
+    "--access-mbps": {"0"}, "--rtt-ms": {"0"}, "--fidelity-s": {"0"},
+    "--flows": {"0"},  # no long flows beside the short ones
+    "--users": {"0"},  # the base's open loop is enough
+    "--load": {"1e-9"},  # any offered load from none up
+    "--seed": {"0"},
+    "--think-s": {"0", "1e-9"}, "--warmup-s": {"0", "1e-9"}, "--long-warmup-s": {"0", "1e-9"},
+}  # fmt: skip
 # Any text is a valid plot title; --out is any path and has its own cases below.
 NOT_IN_MATRIX = {"--title", "--out"}
 
@@ -81,6 +91,7 @@ VALID: dict[tuple[str, str], set[str]] = {
     ("remote", "--give-up-s"): {"0", "1e-9"},  # 0: give a silent machine up at the first miss
     ("model", "--buffer-packets"): {"0", "1e-9"},  # the fluid model takes any buffer from none up
     ("model", "--load"): {"1e-9"},  # any load strictly between 0 and 1
+    **{("shortflows", opt): vals for opt, vals in SHORTFLOWS_VALID.items()},
 }
 
 
@@ -106,8 +117,8 @@ def matrix() -> list[tuple[list[str], str]]:
                 if (cmd, opt) in LIST_OPTIONS or (opt == "--rtt-ms" and cmd != "model"):
                     extra = LISTS[opt]
                 base = BASE[cmd]
-                if opt in ("--buffer-bytes", "--buffer-packets") and cmd == "measure":
-                    base = ["--out", OUT]  # the option under test is the buffer
+                if opt in ("--buffer-bytes", "--buffer-packets") and cmd in ("measure", "shortflows"):
+                    base = [a for a in base if a not in ("--buffer-packets", "10")]  # the option under test is it
                 for v in VALUES + extra:
                     if v not in VALID.get((cmd, opt), set()):
                         cases.append(([cmd, *base, f"{opt}={v}"], opt))  # '=': '-inf' must not read as a flag
@@ -163,6 +174,7 @@ def in_process(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(cli, "require_root", tripwire)
     monkeypatch.setattr(cli, "delay_backend", tripwire)
     monkeypatch.setattr(shell, "require_root", tripwire)
+    monkeypatch.setattr(shortflow_cli, "require_root", tripwire)
     monkeypatch.setattr("buffersizing.remote.check_out_dir", tripwire)  # remote: past validation, commit included
     monkeypatch.setattr("topologies.config.delay_backend", tripwire)  # DumbbellConfig.backend()
     monkeypatch.setattr("topologies.machine.qdisc_support", tripwire)
