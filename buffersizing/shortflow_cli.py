@@ -83,61 +83,41 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
+# Each experiment: its spec, the options it takes, and the spec field --duration sets.
+EXPERIMENTS = {
+    "fig10": (Fig10Spec, ("rates", "lengths", "initcwnd", "hosts"), "duration_s"),
+    "fig12": (Fig12Spec, ("rates", "lengths"), "window_s"),
+    "loss": (LossSpec, ("workloads", "buffers", "users"), "duration_s"),
+    "mix": (MixSpec, ("long_flows",), "duration_s"),
+    "transfer": (TransferSpec, ("users",), "duration_s"),
+}
+# Each option: the spec field it sets and how its text becomes the value.
+FIELDS = {
+    "rates": ("rates_mbps", lambda t: options.parse_float_list("--rates", t, 0, 1000)),
+    "lengths": ("lengths", lambda t: whole_numbers("--lengths", t)),
+    "initcwnd": ("initcwnd", int),
+    "hosts": ("hosts", int),
+    "workloads": ("workloads", lambda t: [w.strip().upper() for w in t.split(",")]),
+    "buffers": ("buffers", lambda t: whole_numbers("--buffers", t)),
+    "users": ("users", int),
+    "long_flows": ("long_flows", lambda t: whole_numbers("--long-flows", t)),
+}
+
+
 def experiment_spec(a: argparse.Namespace) -> Fig10Spec | Fig12Spec | LossSpec | MixSpec | TransferSpec:
+    cls, own, duration_field = EXPERIMENTS[a.name]
+    given = [k for k in FIELDS if getattr(a, k) is not None]
+    wrong = sorted(k.replace("_", "-") for k in given if k not in own)
+    if wrong:
+        raise UsageError(f"shortexp {a.name} does not take --{', --'.join(wrong)}")
+    spec = cls()
+    for k in given:
+        name, parse = FIELDS[k]
+        setattr(spec, name, parse(getattr(a, k)))
     if a.duration is not None:
         check_number("--duration", a.duration, 1, 24 * 3600, lo_inclusive=True)
-    given = {k for k in ("rates", "lengths", "initcwnd", "hosts", "workloads", "buffers", "users", "long_flows")
-             if getattr(a, k) is not None}  # fmt: skip
-    own = {"fig10": {"rates", "lengths", "initcwnd", "hosts"}, "loss": {"workloads", "buffers", "users"},
-           "transfer": {"users"}, "mix": {"long_flows"}, "fig12": {"rates", "lengths"}}[a.name]  # fmt: skip
-    if given - own:
-        wrong = sorted(k.replace("_", "-") for k in given - own)
-        raise UsageError(f"shortexp {a.name} does not take --{', --'.join(wrong)}")
-    if a.name == "fig10":
-        spec = Fig10Spec()
-        if a.rates is not None:
-            spec.rates_mbps = options.parse_float_list("--rates", a.rates, 0, 1000)
-        if a.lengths is not None:
-            spec.lengths = whole_numbers("--lengths", a.lengths)
-        for k in ("initcwnd", "hosts"):
-            if getattr(a, k) is not None:
-                setattr(spec, k, getattr(a, k))
-        if a.duration is not None:
-            spec.duration_s = a.duration
-        return spec
-    if a.name == "fig12":
-        f12 = Fig12Spec()
-        if a.rates is not None:
-            f12.rates_mbps = options.parse_float_list("--rates", a.rates, 0, 1000)
-        if a.lengths is not None:
-            f12.lengths = whole_numbers("--lengths", a.lengths)
-        if a.duration is not None:
-            f12.window_s = a.duration
-        return f12
-    if a.name == "mix":
-        mix = MixSpec()
-        if a.long_flows is not None:
-            mix.long_flows = whole_numbers("--long-flows", a.long_flows)
-        if a.duration is not None:
-            mix.duration_s = a.duration
-        return mix
-    if a.name == "transfer":
-        tr = TransferSpec()
-        if a.users is not None:
-            tr.users = a.users
-        if a.duration is not None:
-            tr.duration_s = a.duration
-        return tr
-    loss = LossSpec()
-    if a.workloads is not None:
-        loss.workloads = [w.strip().upper() for w in a.workloads.split(",")]
-    if a.buffers is not None:
-        loss.buffers = whole_numbers("--buffers", a.buffers)
-    if a.users is not None:
-        loss.users = a.users
-    if a.duration is not None:
-        loss.duration_s = a.duration
-    return loss
+        setattr(spec, duration_field, a.duration)
+    return spec
 
 
 def whole_numbers(name: str, text: str) -> list[int]:

@@ -9,7 +9,7 @@ beside F10 and the measured tail decay beside F11's kappa, both computed from th
 the initial window the kernel used (seed 000 assumed 2 packets; `--initcwnd 2` is the default here).
 
 Sized for a 2-core machine: the seed used 40, 80 and 200 Mb/s; the generator's capacity here
-(bench/results/shortflow-capacity.md) sets the rates to 5, 10 and 20 Mb/s. The model says the
+(bench/results/shortflow-capacity/) sets the rates to 5, 10 and 20 Mb/s. The model says the
 queue depends on the load and the burst sizes only, not on the rate, so the comparison holds.
 """
 
@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from buffersizing import model
+from buffersizing.shortflow_plots import finish_axes, pyplot, save_figure
 from buffersizing.shortflow_run import ShortFlowOptions
-from buffersizing.shortflow_series import finish_axes, finished_points, pyplot, save_figure, write_table
+from buffersizing.shortflow_series import finished_points, write_table
 from buffersizing.workload import Workload
 from topologies import FRAME_BYTES
 from topologies.config import DumbbellConfig, parse_rtts

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from buffersizing import model
+from buffersizing.shortflow_plots import finish_axes, pyplot, save_figure
 from buffersizing.shortflow_run import ShortFlowOptions
-from buffersizing.shortflow_series import finish_axes, finished_points, pyplot, save_figure, write_table
+from buffersizing.shortflow_series import finished_points, write_table
 from buffersizing.workload import Workload
 from topologies.config import DumbbellConfig, parse_rtts
 from topologies.errors import UsageError

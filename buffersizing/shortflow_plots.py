@@ -12,12 +12,37 @@ from pathlib import Path
 from buffersizing.transfer_stats import size_packets
 
 
-def plot_shortflows(d: Path) -> list[Path]:
+def pyplot():  # noqa: ANN201 - matplotlib's module, imported only when a figure is drawn
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def finish_axes(ax, xlabel: str, ylabel: str, title: str | None = None, xlog: bool = True) -> None:  # noqa: ANN001
+    """Log x axis (unless xlog is false), labels, grid and legend, as every short-flow figure has them."""
+    if xlog:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def save_figure(fig, path: Path) -> None:  # noqa: ANN001
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_shortflows(d: Path) -> list[Path]:
+    plt = pyplot()
     result = json.loads((d / "result.json").read_text())
     with (d / "transfers.csv").open(newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["status"] == "done" and r["in_window"] == "1"]
@@ -38,16 +63,9 @@ def plot_shortflows(d: Path) -> list[Path]:
         ax.plot([], [], "ko", label="median")
         ax.plot([], [], "r^", label="p95")
         ax.axhline(rtt * 1e3, color="grey", ls="--", lw=0.8, label=f"RTT {rtt * 1e3:g} ms")
-        ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel("transfer length (packets)")
-        ax.set_ylabel("completion time (ms)")
-        ax.set_title(head, fontsize=9)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(d / "fct.png", dpi=110)
-        plt.close(fig)
+        finish_axes(ax, "transfer length (packets)", "completion time (ms)", head)
+        save_figure(fig, d / "fct.png")
         written.append(d / "fct.png")
     ccdf = [(b, p) for b, p in result["queue_ccdf"] if p > 0]
     if len(ccdf) > 1:
@@ -60,13 +78,7 @@ def plot_shortflows(d: Path) -> list[Path]:
             ax.plot(bs, [math.exp(-m["kappa_f11"] * b) for b in bs], "k--", lw=0.8, label=label)
         ax.set_yscale("log")
         ax.set_ylim(bottom=max(1e-5, min(p for _, p in ccdf) / 2))
-        ax.set_xlabel("queue b (full-size packets: backlog bytes / 1514)")
-        ax.set_ylabel("P(Q >= b)")
-        ax.set_title(head, fontsize=9)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(d / "queue_ccdf.png", dpi=110)
-        plt.close(fig)
+        finish_axes(ax, "queue b (full-size packets: backlog bytes / 1514)", "P(Q >= b)", head, xlog=False)
+        save_figure(fig, d / "queue_ccdf.png")
         written.append(d / "queue_ccdf.png")
     return written

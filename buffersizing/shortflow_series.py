@@ -88,34 +88,6 @@ def write_table(out: Path, rows: list[dict], markdown: list[str], draw: Callable
         print(f"{what} figure not drawn: {type(e).__name__}: {e}", file=sys.stderr)
 
 
-def pyplot():  # noqa: ANN201 - matplotlib's module, imported only when a figure is drawn
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def finish_axes(ax, xlabel: str, ylabel: str, title: str | None = None) -> None:  # noqa: ANN001
-    """Log x axis, labels, grid and legend, as every experiment's figure has them."""
-    ax.set_xscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    if title:
-        ax.set_title(title, fontsize=9)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-
-
-def save_figure(fig, path: Path) -> None:  # noqa: ANN001
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def finished_points(out: Path, spec: SeriesSpec) -> list[tuple[str, DumbbellConfig, int, dict]]:
     """(name, link, buffer bytes, result) of every point that has a result, in the spec's order."""
     done = []

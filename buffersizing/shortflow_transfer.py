@@ -8,7 +8,8 @@ point, its transfer-time penalty small at D = 20 ms and larger at 90 ms (Figs 4-
 
 Here: N closed-loop users on 50 sender hosts, SURGE sizes (`web`: lognormal body, Pareto tail)
 and Pareto OFF times of shape 1.5 and mean 3 s (k = 1 s), reno, the two RTTs and the two buffers.
-500 users offer about 0.8 of 100 Mb/s (60 KB a transfer, one every 3 s or so each). The seed's N
+By arithmetic, not yet a run: 500 users would offer about 0.8 of 100 Mb/s (60 KB a transfer, one
+every 3 s or so each). The seed's N
 runs to 2000 hosts; this machine's generator is sized in bench/results/shortflow-capacity.
 """
 
@@ -18,8 +19,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from buffersizing.shortflow_plots import finish_axes, pyplot, save_figure
 from buffersizing.shortflow_run import ShortFlowOptions
-from buffersizing.shortflow_series import finish_axes, finished_points, pyplot, save_figure, write_table
+from buffersizing.shortflow_series import finished_points, write_table
 from buffersizing.workload import Workload
 from topologies import FRAME_BYTES
 from topologies.config import DumbbellConfig

@@ -29,7 +29,6 @@ class ShortFlowRecords:
 
     summary: dict
     rows: list[dict] = field(default_factory=list)
-    csv_text: str = ""
 
     def check_complete(self) -> None:
         """Every transfer started has exactly one row: the record lost none."""
@@ -145,7 +144,7 @@ class ShortFlows:
             )
         summary = json.loads((self.dir / "summary.json").read_text())
         text = (self.dir / "transfers.csv").read_text()
-        records = ShortFlowRecords(summary, parse_rows(text), text)
+        records = ShortFlowRecords(summary, parse_rows(text))
         records.check_complete()
         return records
 

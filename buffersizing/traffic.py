@@ -264,11 +264,7 @@ class LongFlows:
         """Congestion control of every data connection, from `ss -ti` in the sender namespaces."""
         counts: dict[str, int] = {}
         known = set(available_congestion_controls()) | {"bic"}
-        flt = " or ".join(f"dport = :{p}" for p in self.ports)
-        for h, k in zip(self.net.hosts, self.per_host, strict=True):
-            if k == 0:
-                continue
-            out = run(netns.in_ns(h.ns, ["ss", "-Htin", "state", "established", f"( {flt} )"])).stdout
+        for out in self._sender_sockets():
             # Each connection's info line starts with options (ts, sack, ecn ...) then the algorithm.
             for line in out.splitlines():
                 if "rto:" in line:
@@ -279,13 +275,18 @@ class LongFlows:
     def bytes_acked(self) -> dict[str, int]:
         """Bytes acknowledged so far on every long flow (its sender's address:port), from `ss -ti`."""
         acked: dict[str, int] = {}
-        flt = " or ".join(f"dport = :{p}" for p in self.ports)
-        for h, k in zip(self.net.hosts, self.per_host, strict=True):
-            if k == 0:
-                continue
-            out = run(netns.in_ns(h.ns, ["ss", "-Htin", "state", "established", f"( {flt} )"])).stdout
+        for out in self._sender_sockets():
             acked |= parse_bytes_acked(out)
         return acked
+
+    def _sender_sockets(self) -> list[str]:
+        """`ss -ti` of the flows' connections in each sender namespace that has flows."""
+        flt = " or ".join(f"dport = :{p}" for p in self.ports)
+        return [
+            run(netns.in_ns(h.ns, ["ss", "-Htin", "state", "established", f"( {flt} )"])).stdout
+            for h, k in zip(self.net.hosts, self.per_host, strict=True)
+            if k > 0
+        ]
 
     def stop(self, grace: float = 2.0) -> None:
         # One grace period for all: with the path broken (delay line dead) iperf may not act on
