@@ -175,6 +175,38 @@ def test_a_link_whose_verdicts_keep_flipping_is_reported_too_noisy():
     assert sum(p.recheck for p in res.probes) >= 2
 
 
+def test_an_answer_whose_own_verdict_is_unsettled_widens_the_interval_to_the_next_pass():
+    """Like the Reno sweep's N=200: 1 packet fails every sample, 3 and up pass every sample, and 2
+    packets reads as often above the target as below (its median sits on the target, so it passes)."""
+    calls = {"n": 0}
+
+    def measure(buffer_bytes: int, n: int) -> list[float]:
+        packets = buffer_bytes // FRAME_BYTES
+        if packets <= 1:
+            return [0.9] * n
+        if packets >= 3:
+            return [1.0] * n
+        out = []
+        for _ in range(n):
+            calls["n"] += 1
+            out.append(1.0 if calls["n"] % 2 else 0.98)
+        return out
+
+    res = MedianSearch(measure, target=0.99, hi_packets=32, samples=5, sequential=True, max_samples=20).run()
+    assert res.buffer_packets == 2
+    # 2 is not settled either way, so the next buffer probed above it that passed could be the
+    # answer (bisection from 32 probed 16, 8, 4, 2, 1): the interval reaches it.
+    next_pass = min(p.buffer_packets for p in res.probes if p.passed and p.buffer_packets > 2)
+    assert next_pass == 4
+    assert res.uncertain_interval_packets == (2, next_pass)
+
+
+def test_a_settled_answer_keeps_a_tight_interval():
+    link = SimLink(20.0, noise=0.0)
+    res = MedianSearch(link, target=0.99, hi_packets=200, samples=5, sequential=True, max_samples=20).run()
+    assert res.uncertain_interval_packets == (res.buffer_packets, res.buffer_packets)
+
+
 def test_sign_test_p_values():
     assert sign_test([1.0] * 5, 0.99) == pytest.approx(1 / 32)
     assert sign_test([0.9] * 5, 0.99) == pytest.approx(-1 / 32)
