@@ -149,10 +149,12 @@ def run_shortflows(
     cfg = replace(cfg, buffer_bytes=buffer_bytes)
     ex = Experiment(cfg, backend, "shortflows", out, log, require_recorder=True)
     say = ex.say
-    rtt = max(cfg.rtt_ms)
+    rtt = max(cfg.rtt_ms)  # warm-up is timed by the slowest flow
+    loops = [f"at load {w.load:g} (open loop)"] * (w.load > 0) + [f"{w.users} users (closed loop)"] * (w.users > 0)
+    rtts = f"{min(cfg.rtt_ms):g}..{rtt:g}" if min(cfg.rtt_ms) < rtt else f"{rtt:g}"
     say(
-        f"shortflows: {w.sizes} at load {w.load:g} (open loop) and {w.users} users (closed loop), "
-        f"{opts.long_flows} long flows, {cfg.hosts} hosts, {cfg.rate_mbps:g} Mb/s, RTT {rtt:g} ms, "
+        f"shortflows: {w.sizes} {' and '.join(loops)}, "
+        f"{opts.long_flows} long flows, {cfg.hosts} hosts, {cfg.rate_mbps:g} Mb/s, RTT {rtts} ms, "
         f"buffer {buffer_bytes / FRAME_BYTES:.0f} packets, cc {cfg.cc}"
     )
     records: ShortFlowRecords | None = None
