@@ -44,12 +44,13 @@ def run_point(out: Path, name: str, flags: list[str], n: int, run: int, runs: in
     return subprocess.run(cmd, check=False).returncode
 
 
-def deadline(text: str | None) -> datetime.datetime | None:
-    if text is None:
-        return None
-    hh, mm = (int(x) for x in text.split(":"))
-    now = datetime.datetime.now()
-    return now.replace(hour=hh, minute=mm, second=0, microsecond=0)
+def deadline(text: str) -> datetime.datetime:
+    """--until HH:MM, today."""
+    try:
+        t = datetime.datetime.strptime(text, "%H:%M")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected HH:MM, like 12:35") from e
+    return datetime.datetime.now().replace(hour=t.hour, minute=t.minute, second=0, microsecond=0)
 
 
 def shaper_name(config: dict) -> str:
@@ -88,23 +89,25 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--until", help="HH:MM: start no point after this local time")
+    ap.add_argument("--until", type=deadline, help="HH:MM: start no point after this local time")
     ap.add_argument("--summary", action="store_true", help="print the table of what is finished, run nothing")
     args = ap.parse_args()
     if args.summary:
         print(summary(args.out))
         return 0
-    stop = deadline(args.until)
+    stop = args.until
     for run in range(1, args.runs + 1):
         for n in FLOWS:
             for name, flags in CONFIGS:
                 if stop and datetime.datetime.now() >= stop:
-                    print(f"--until {args.until} reached before N={n} {name} run {run}", flush=True)
+                    print(f"--until {stop:%H:%M} reached before N={n} {name} run {run}", flush=True)
                     return 0
                 print(f"=== {datetime.datetime.now():%H:%M:%S} N={n} {name} run {run}", flush=True)
                 rc = run_point(args.out, name, flags, n, run, args.runs)
                 if rc:
                     print(f"=== N={n} {name} run {run} ended with status {rc}", file=sys.stderr, flush=True)
+                if rc == 2:  # bufsize refused the command line (say --runs differs): it will refuse every point
+                    return 2
     return 0
 
 

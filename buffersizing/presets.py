@@ -25,7 +25,7 @@ RUNS = 5
 SEQUENTIAL = {"samples": 5, "max_samples": 20, "resolution": 0.05}
 # Sender hosts: each point uses min(N, PRESET_MAX_HOSTS). The host count did not move the answer
 # (cubic, full preset, on the line: N=200 answered 7-8 packets over 1, 2, 100 and 200 hosts, N=800 7
-# over 1 and 2; results/hosts/2026-11-25/), but it decides the shaper: on this 2-core machine `auto`
+# over 1, 2 and 100; results/hosts/2026-11-25/), but it decides the shaper: on this 2-core machine `auto`
 # gives the line at most 100 hosts, and HTB, beyond that, answered 2 packets at both N (its burst
 # sends the time the link sat idle: 6 packets with a one-frame burst). Seed 004 says both that the
 # hardware's flows came from one end host and that they were spread over 400 hosts; the 2012 code

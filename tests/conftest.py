@@ -112,5 +112,13 @@ def bufsize(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProce
     return subprocess.run([BUFSIZE, *args], capture_output=True, text=True, timeout=timeout, **kw)
 
 
+def spec_of(*argv: str):
+    """The SweepSpec `bufsize sweep ARGV` would run, built by its own parser (nothing is built)."""
+    from buffersizing.cli import build_parser
+    from buffersizing.sweep import spec_from_args
+
+    return spec_from_args(build_parser().parse_args(["sweep", *argv, "--out", "x"]))
+
+
 def in_ns(ns: str, *argv: str) -> str:
     return subprocess.run(netns.in_ns(ns, list(argv)), capture_output=True, text=True, check=True).stdout

@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from conftest import spec_of
 
-from buffersizing.cli import build_parser
 from buffersizing.presets import PRESETS, preset
-from buffersizing.sweep import spec_from_args
 from topologies.config import resolve_shaper
-
-
-def spec_of(*argv: str):
-    return spec_from_args(build_parser().parse_args(["sweep", *argv, "--out", "x"]))
 
 
 @pytest.mark.parametrize("name", PRESETS)

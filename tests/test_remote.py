@@ -14,6 +14,7 @@ from pathlib import Path
 from unittest.mock import ANY, call
 
 import pytest
+from conftest import spec_of
 from fabric.testing.base import Command, MockRemote
 from fabric.testing.base import Session as FabricSession
 from fabric.testing.fixtures import client  # noqa: F401  (Fabric's pytest fixture, used below)
@@ -21,7 +22,6 @@ from paramiko import RejectPolicy
 from paramiko.ssh_exception import NoValidConnectionsError
 
 from buffersizing import remote as rm
-from buffersizing.cli import build_parser
 from buffersizing.remote_plan import (
     BadPoint,
     Machine,
@@ -37,15 +37,11 @@ from buffersizing.remote_plan import (
     unpack_point,
 )
 from buffersizing.remote_ssh import connect
-from buffersizing.sweep import make_spec, spec_from_args
+from buffersizing.sweep import make_spec
 from topologies.errors import UsageError
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 SPEC_ARGS = ["--flows", "2,4", "--runs", "1", "--rate-mbps", "20", "--rtt-ms", "20", "--samples", "2"]
-
-
-def spec_of(*argv: str):
-    return spec_from_args(build_parser().parse_args(["sweep", *argv, "--out", "x"]))
 
 
 # ---- the plan -------------------------------------------------------------------------------
