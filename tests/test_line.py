@@ -12,7 +12,7 @@ from conftest import in_ns
 
 from buffersizing.verify import measure_rtts
 from monitors.drops import DropMonitor
-from topologies import FRAME_BYTES
+from topologies import FRAME_BYTES, ledger
 from topologies.config import DumbbellConfig
 from topologies.dumbbell import Dumbbell
 
@@ -33,6 +33,15 @@ def test_no_qdisc_tree_on_the_switch_and_the_right_rtts(net):
     # All of the RTT sits on the ack path; TCP (and ping) see the same round trip.
     for r in measure_rtts(net, count=5, interval=0.1):
         assert abs(r.min_ms - r.configured_ms) <= 0.01 * r.configured_ms + 0.3, r
+
+
+def test_the_lines_files_are_on_tmpfs_where_the_machine_has_one(net):
+    """Its stats and status page are written inside its real-time loop: on a disk they stalled it
+    for up to 415 ms here (/run on ext4), so they go to tmpfs (ledger.scratch_root)."""
+    files = [net.bottleneck.status_path, net.delayline.stats_path]
+    assert all(f.exists() and f.parent == net.state.workdir for f in files), files
+    tmpfs_here = "tmpfs" in (ledger.fs_type(ledger.STATE_DIR), ledger.fs_type(ledger.SHM_SCRATCH))
+    assert (ledger.fs_type(net.state.workdir) == "tmpfs") == tmpfs_here
 
 
 def test_delay_line_placed_and_its_sends_work_steered_away(net):

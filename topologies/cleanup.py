@@ -89,7 +89,7 @@ def teardown(state: RunState, notes: list[str] | None = None) -> list[str]:
             if state.workdir_is_safe():
                 shutil.rmtree(state.workdir, ignore_errors=True)
             elif state.workdir.exists() or state.workdir.is_symlink():
-                notes.append(f"{state.workdir} left: not a plain directory of {ledger.STATE_DIR}")
+                notes.append(f"{state.workdir} left: not a plain directory of {ledger.scratch_root()}")
             state.path.unlink(missing_ok=True)
         left = remaining(state)
         LEFT_BEHIND.extend(left)

@@ -18,6 +18,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from pathlib import Path
 
 from topologies import netns
@@ -26,6 +27,13 @@ from topologies.proc import is_same_process, start_time
 from topologies.tracefs import INSTANCE_PREFIX, TRACEFS_CANDIDATES
 
 STATE_DIR = Path(os.environ.get("BUFSIZE_STATE_DIR", "/run/bufsize"))
+# A run's scratch files (the delay line's stats, rewritten every 200 ms, and the line shaper's
+# status page) are written inside the delay line's real-time loop. On a disk file system that can
+# block: on this machine /run is on the root ext4, and there an open+write+rename of the stats took
+# up to 415 ms while a sweep wrote its results; the line stalled that long with a full queue
+# (bench/results/line-stalls.md). So they live on tmpfs: in STATE_DIR where it is tmpfs (as /run
+# is on most systems), else here.
+SHM_SCRATCH = Path("/dev/shm/bufsize")
 GLOBAL_SYSCTLS = "global-sysctls.json"
 _SAVE_LOCK = threading.Lock()
 PORT_BLOCK = 1000  # iperf3 needs a port per client process: up to one per host (400)
@@ -55,6 +63,52 @@ def check_state_dir() -> None:
             f"refusing to use {STATE_DIR}: {problem}; it must be a directory owned by root and not "
             "writable by group or others (chown root:root, chmod 755)"
         )
+
+
+def fs_type(path: Path, mounts: str | None = None) -> str | None:
+    """The type of the file system that holds `path` (which need not exist yet), from
+    /proc/self/mounts (or `mounts`, the same format); None if it cannot be told."""
+    if mounts is None:
+        try:
+            mounts = Path("/proc/self/mounts").read_text()
+        except OSError:
+            return None
+    target = os.path.realpath(path)
+    best, kind = "", None
+    for line in mounts.splitlines():
+        f = line.split()
+        if len(f) < 3:
+            continue
+        # Mount points escape space, tab, newline and backslash as octal (\040 ...).
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), f[1])
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):  # the last of equal mounts is the one on top
+            best, kind = point, f[2]
+    return kind
+
+
+@cache
+def scratch_root() -> Path:
+    """Where runs keep scratch files: $BUFSIZE_SCRATCH_DIR if set (bench/line_stalls.py compares
+    the two), else STATE_DIR on tmpfs, else SHM_SCRATCH if /dev/shm is tmpfs, else STATE_DIR
+    (then the delay line may stall behind the disk; doctor says so)."""
+    if os.environ.get("BUFSIZE_SCRATCH_DIR"):
+        return Path(os.environ["BUFSIZE_SCRATCH_DIR"])
+    if fs_type(STATE_DIR) == "tmpfs" or fs_type(SHM_SCRATCH) != "tmpfs":
+        return STATE_DIR
+    return SHM_SCRATCH
+
+
+def make_scratch_root() -> Path:
+    """scratch_root(), created root-only-writable and checked like STATE_DIR (it may sit in the
+    world-writable /dev/shm, where anyone could have planted it); MachineError if it is not safe."""
+    root = scratch_root()
+    if root != STATE_DIR:
+        root.mkdir(mode=0o755, exist_ok=True)
+        problem = _unsafe(os.lstat(root), want_dir=True)
+        if problem:
+            raise MachineError(f"refusing to use {root} for scratch files: {problem}; remove it")
+    return root
 
 
 def _unsafe(st: os.stat_result, want_dir: bool = False) -> str | None:
@@ -169,8 +223,8 @@ class RunState:
 
     @property
     def workdir(self) -> Path:
-        """Scratch files of the run (delay-line map and stats); removed with it."""
-        return STATE_DIR / f"run-{self.run_id}"
+        """Scratch files of the run (delay-line map and stats, line status); removed with it."""
+        return scratch_root() / f"run-{self.run_id}"
 
     @property
     def ns_prefix(self) -> str:
@@ -188,6 +242,7 @@ class RunState:
                 if run_id not in taken and not any(n.startswith(f"{netns.PREFIX}{run_id}-") for n in used_ns):
                     break
             st = cls(run_id, os.getpid(), start_time(os.getpid()), time.time())
+            make_scratch_root()
             st.workdir.mkdir(parents=True, exist_ok=True)
             st.save()
         return st
@@ -206,9 +261,9 @@ class RunState:
         return cls(**data)
 
     def workdir_is_safe(self) -> bool:
-        """The scratch directory is a real directory directly in the state directory (never a link out)."""
-        d = self.workdir
-        return d.parent == STATE_DIR and not d.is_symlink() and d.resolve().parent == STATE_DIR.resolve()
+        """The scratch directory is a real directory directly in the scratch root (never a link out)."""
+        d, root = self.workdir, scratch_root()
+        return d.parent == root and not d.is_symlink() and d.resolve().parent == root.resolve()
 
     def save(self) -> None:
         # Monitors record their trace instances from their own threads: one writer at a time.

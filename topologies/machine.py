@@ -13,7 +13,7 @@ from topologies import netns
 from topologies.cleanup import teardown
 from topologies.delay import HELPER
 from topologies.errors import MachineError
-from topologies.ledger import RunState
+from topologies.ledger import RunState, fs_type, scratch_root
 from topologies.proc import run
 from topologies.tracefs import tracefs_root, tracepoints
 
@@ -91,6 +91,8 @@ class Capabilities:
     tools_missing: list[str]
     delayline_built: bool
     delay_backend: str | None
+    scratch_dir: str = ""  # where runs keep the delay line's stats and status page
+    scratch_fs: str | None = None
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -143,6 +145,8 @@ def probe() -> Capabilities:
         tools_missing=missing,
         delayline_built=HELPER.exists(),
         delay_backend=None,
+        scratch_dir=str(scratch_root()),
+        scratch_fs=fs_type(scratch_root()),
     )
     if not root:
         caps.problems.append("not running as root: namespaces and qdiscs need root")
@@ -162,6 +166,11 @@ def probe() -> Capabilities:
         caps.problems.append(str(e))
     if not qd.get("netem"):
         caps.notes.append("no sch_netem in this kernel: propagation delay comes from the userspace delay line")
+    if caps.scratch_fs != "tmpfs":
+        caps.notes.append(
+            f"scratch files go to {caps.scratch_dir} ({caps.scratch_fs or 'unknown file system'}, not tmpfs): "
+            "the delay line may stall behind the disk; a tmpfs at /run or /dev/shm avoids it"
+        )
     if "reno" not in ccs:
         caps.notes.append("reno is not available: theory checks (which assume Reno) cannot run as specified")
     if cc_default != "reno":
@@ -182,6 +191,7 @@ def format_report(c: Capabilities) -> str:
         f"iperf3:               {c.iperf3 or 'missing'}",
         f"delay line helper:    {'built' if c.delayline_built else 'not built'}",
         f"delay backend (auto): {c.delay_backend or 'none'}",
+        f"scratch files:        {c.scratch_dir} ({c.scratch_fs or 'unknown'})",
     ]
     lines += [f"note: {n}" for n in c.notes]
     lines += [f"PROBLEM: {p}" for p in c.problems]
