@@ -8,6 +8,7 @@ rewrite (open, write, rename) there took up to 415 ms while a sweep wrote its re
 files now go to tmpfs (topologies/ledger.py scratch_root). Resumable: finished runs are kept.
 
     .venv/bin/python bench/line_stalls.py --runs 3 --out bench/results/line-stalls
+    .venv/bin/python bench/line_stalls.py --scan results/hosts/2026-11-25 ...   (stalls in recorded runs)
 """
 
 from __future__ import annotations
@@ -45,6 +46,28 @@ def stalls(queue_csv: Path, min_s: float = 0.02) -> list[float]:
     return out
 
 
+def recorded_s(queue_csv: Path) -> float:
+    last = "0"
+    for r in csv.DictReader(queue_csv.open()):
+        last = r["t_s"]
+    return float(last)
+
+
+def scan(dirs: list[Path]) -> str:
+    """Stalls in every queue.csv under `dirs` (runs already recorded): a table per directory."""
+    lines = ["| runs under | runs | recorded min | stalls | per 10 min | stalled s | longest s |", "|---" * 7 + "|"]
+    for top in dirs:
+        files = sorted(top.rglob("queue.csv"))
+        found = [stalls(f) for f in files]
+        minutes = sum(recorded_s(f) for f in files) / 60
+        n = sum(len(s) for s in found)
+        longest = max((max(s) for s in found if s), default=0.0)
+        total = sum(sum(s) for s in found)
+        per10 = 10 * n / minutes if minutes else 0.0
+        lines.append(f"| {top} | {len(files)} | {minutes:.1f} | {n} | {per10:.1f} | {total:.2f} | {longest:.2f} |")
+    return "\n".join(lines)
+
+
 def run_one(arm: str, d: Path) -> dict:
     env = dict(os.environ)
     env.pop("BUFSIZE_SCRATCH_DIR", None)
@@ -80,8 +103,14 @@ def spread(xs: list[float]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3, help="runs per arm (alternating)")
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--scan", type=Path, nargs="+", help="only count stalls in the runs recorded under these")
     a = ap.parse_args()
+    if a.scan:
+        print(scan(a.scan))
+        return
+    if a.out is None:
+        ap.error("give --out (or --scan)")
     a.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for i in range(1, a.runs + 1):
