@@ -11,12 +11,14 @@ be told from a descheduled process.
 
 import mmap
 import os
+import shutil
 import sys
 import time
 
 dur = float(sys.argv[1])
 disk = sys.argv[2] if len(sys.argv) > 2 else "/run/bsz-fsprobe"
 res = {}
+made = [d for d in (disk, "/dev/shm/bsz-fsprobe") if not os.path.exists(d)]  # removed at the end
 for name, d in (("disk", disk), ("tmpfs", "/dev/shm/bsz-fsprobe")):
     os.makedirs(d, mode=0o755, exist_ok=True)
     fd = os.open(f"{d}/page", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -74,3 +76,7 @@ while time.monotonic() < t_end:
     i += 1
     time.sleep(0.001)
 log("end")
+for r in res.values():
+    r["m"].close()
+for d in made:
+    shutil.rmtree(d)
