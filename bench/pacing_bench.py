@@ -88,7 +88,7 @@ def measure_row(
                 time.sleep(a.settle)
                 for attempt in range(a.retries + 1):
                     kicks0 = net.delayline.stats().get("pacer", {})
-                    with FidelityMonitor(net.bottleneck.dev, rate, net.state) as mon:
+                    with FidelityMonitor(net.bottleneck.dev, rate, net.state, a.trace) as mon:
                         time.sleep(a.trace)
                         _, times = mon.stop()
                     kicks1 = net.delayline.stats().get("pacer", {})

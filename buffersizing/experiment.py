@@ -201,7 +201,7 @@ class Experiment:
             return self.fidelity
         dl = self.net.delayline
         stats0 = dl.stats() if dl else {}
-        with FidelityMonitor(self.net.bottleneck.dev, self.cfg.rate_mbps, self.net.state) as mon:
+        with FidelityMonitor(self.net.bottleneck.dev, self.cfg.rate_mbps, self.net.state, seconds) as mon:
             self.sleep(seconds)
             self.fidelity, self.departures = mon.stop()
         stats1 = dl.stats() if dl else {}

@@ -17,7 +17,7 @@ from pathlib import Path
 from monitors.base import Monitor
 from topologies.cleanup import remove_trace_instance
 from topologies.ledger import RunState
-from topologies.tracefs import INSTANCE_PREFIX, tracefs_root, tracepoints
+from topologies.tracefs import INSTANCE_PREFIX, instance_overruns, tracefs_root, tracepoints
 
 # Every field spelled out (the tracepoint's print format since 4.16): no backtracking, about 1 us a
 # line, which matters at thousands of ACKs a second. A format that differs simply matches nothing.
@@ -93,16 +93,8 @@ class CwndTrace(Monitor[int]):
         self.tail = data[cut:]
         return parse_raw(data[:cut])
 
-    def overruns(self) -> int:
-        """Events the kernel dropped because the ring buffer was full (summed over CPUs)."""
-        total = 0
-        for stats in (self.dir / "per_cpu").glob("cpu*/stats"):
-            m = re.search(r"^overrun: (\d+)", stats.read_text(), re.M)
-            total += int(m[1]) if m else 0
-        return total
-
     def _end(self) -> int:
-        lost = self.overruns()
+        lost = instance_overruns(self.dir)
         self._close()
         return lost
 

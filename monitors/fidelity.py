@@ -8,6 +8,7 @@ Gaps between consecutive departures in busy periods are compared with the ideal 
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import statistics
@@ -18,13 +19,29 @@ from monitors.base import Monitor
 from topologies import FRAME_BYTES
 from topologies.cleanup import remove_trace_instance
 from topologies.ledger import RunState
-from topologies.tracefs import INSTANCE_PREFIX, tracefs_root, tracepoints
+from topologies.tracefs import INSTANCE_PREFIX, instance_overruns, tracefs_root, tracepoints
 
 LINE = re.compile(r"\s(\d+\.\d+): net_dev_xmit: dev=(\S+) skbaddr=\S+ len=(\d+)")
 THRESHOLDS = (10, 25, 50, 100)
 # A gap longer than this many frame times means the queue ran dry: not a busy period.
 IDLE_GAP_FRAMES = 10
 MIN_BUSY_GAPS = 100
+# Ring-buffer bytes per traced departure: the event is 28 bytes plus the device name, and the ring
+# buffer adds a header and alignment; 64 leaves room. Twice the expected departures are provided for.
+EVENT_BYTES = 64
+MIN_BUFFER_KB = 1024
+
+
+def trace_buffer_kb(rate_mbps: float, seconds: float) -> int:
+    """Per-CPU ring buffer for `seconds` of full-size departures at `rate_mbps`, twice over.
+
+    Sized to the trace, not fixed large: the kernel allocates it when the trace starts, in the
+    middle of a run, and 64 MB per CPU (the old fixed size) took long enough to coincide with the
+    line's only remaining stalls (40-146 ms at the trace's start, bench/results/line-stalls/).
+    All departures can land on one CPU, so each CPU's buffer holds them all.
+    """
+    frames = rate_mbps * 1e6 / (FRAME_BYTES * 8) * max(seconds, 0.0)
+    return max(MIN_BUFFER_KB, math.ceil(2 * frames * EVENT_BYTES / 1024))
 
 
 class FidelityUnavailable(RuntimeError):
@@ -38,8 +55,10 @@ class FidelityMonitor(Monitor[tuple[dict, list[float]]]):
     departure times. The ftrace instance is in the run's ledger before it is made.
     """
 
-    def __init__(self, dev: str, rate_mbps: float, state: RunState | None = None, buffer_kb: int = 65536) -> None:
-        self.dev, self.rate_mbps, self.state, self.buffer_kb = dev, rate_mbps, state, buffer_kb
+    def __init__(self, dev: str, rate_mbps: float, state: RunState | None = None, seconds: float = 2.0,
+                 buffer_kb: int | None = None) -> None:  # fmt: skip
+        self.dev, self.rate_mbps, self.state = dev, rate_mbps, state
+        self.buffer_kb = buffer_kb if buffer_kb is not None else trace_buffer_kb(rate_mbps, seconds)
         self.error: str | None = None
         self.dir: Path | None = None
 
@@ -75,7 +94,10 @@ class FidelityMonitor(Monitor[tuple[dict, list[float]]]):
                 seconds = round(time.monotonic() - self.t0, 2)
                 text = (self.dir / "trace").read_text()
                 times = [float(m.group(1)) for m in LINE.finditer(text)]
-                return {"available": True, "seconds": seconds} | summarize(times, self.rate_mbps), times
+                # Departures the full ring buffer dropped: a hole reads as one idle gap, left out of
+                # the busy gaps, but the count says the trace ran longer than its buffer.
+                head = {"available": True, "seconds": seconds, "overruns": instance_overruns(self.dir)}
+                return head | summarize(times, self.rate_mbps), times
         except (FidelityUnavailable, OSError) as e:
             self.error = str(e)
         finally:
@@ -89,7 +111,7 @@ class FidelityMonitor(Monitor[tuple[dict, list[float]]]):
 
 def measure(dev: str, rate_mbps: float, seconds: float, state: RunState | None = None) -> tuple[dict, list[float]]:
     """Trace `seconds` of departures; the summary (or why there is none) and the departure times."""
-    with FidelityMonitor(dev, rate_mbps, state) as mon:
+    with FidelityMonitor(dev, rate_mbps, state, seconds) as mon:
         time.sleep(seconds)
         return mon.stop()
 

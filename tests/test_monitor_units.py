@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from monitors.fidelity import FidelityUnavailable, summarize
+from monitors.fidelity import EVENT_BYTES, MIN_BUFFER_KB, FidelityUnavailable, summarize, trace_buffer_kb
 from topologies import FRAME_BYTES
+from topologies.tracefs import instance_overruns
 
 IDEAL_S = FRAME_BYTES * 8 / 62.5e6
 
@@ -36,6 +37,26 @@ def test_idle_link_is_refused_not_invented():
         summarize([0.0, 1.0, 2.0], 62.5)
     with pytest.raises(FidelityUnavailable):
         summarize([], 62.5)
+
+
+def test_trace_buffer_holds_twice_the_departures_and_grows_with_rate_and_time():
+    for rate, seconds in ((62.5, 2.0), (155, 2.0), (1000, 2.0), (62.5, 10.0)):
+        departures = rate * 1e6 / (FRAME_BYTES * 8) * seconds
+        assert trace_buffer_kb(rate, seconds) * 1024 >= 2 * departures * EVENT_BYTES
+    assert trace_buffer_kb(1000, 2.0) > 8 * trace_buffer_kb(62.5, 2.0)
+    assert trace_buffer_kb(62.5, 10.0) > 4 * trace_buffer_kb(62.5, 2.0)
+    # The paper's link: about a megabyte and a half, not the 64 MB per CPU allocated mid-run before.
+    assert MIN_BUFFER_KB <= trace_buffer_kb(62.5, 2.0) <= 2048
+    assert trace_buffer_kb(1, 0.5) == MIN_BUFFER_KB
+
+
+def test_overruns_are_summed_over_cpus_and_missing_stats_read_zero(tmp_path):
+    assert instance_overruns(tmp_path) == 0
+    for cpu, n in ((0, 3), (1, 4)):
+        d = tmp_path / "per_cpu" / f"cpu{cpu}"
+        d.mkdir(parents=True)
+        (d / "stats").write_text(f"entries: 10\noverrun: {n}\ncommit overrun: 9\nbytes: 100\n")
+    assert instance_overruns(tmp_path) == 7
 
 
 # ---- queue statistics, tcp_probe parsing, netlink decoding, plots ---------------------------------

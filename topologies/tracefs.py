@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 
 from topologies.proc import run
 
@@ -26,3 +28,12 @@ def tracepoints() -> dict[str, bool]:
         run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"], check=False)
         root = tracefs_root()
     return {tp: bool(root) and os.path.isdir(os.path.join(root, "events", tp)) for tp in TRACEPOINTS}
+
+
+def instance_overruns(instance: Path) -> int:
+    """Events a trace instance's kernel ring buffer dropped because it was full, summed over CPUs."""
+    total = 0
+    for stats in (instance / "per_cpu").glob("cpu*/stats"):
+        m = re.search(r"^overrun: (\d+)", stats.read_text(), re.M)
+        total += int(m[1]) if m else 0
+    return total
