@@ -36,8 +36,8 @@ def trace_buffer_kb(rate_mbps: float, seconds: float) -> int:
     """Per-CPU ring buffer for `seconds` of full-size departures at `rate_mbps`, twice over.
 
     Sized to the trace, not fixed large: the kernel allocates it when the trace starts, in the
-    middle of a run, and 64 MB per CPU (the old fixed size) took long enough to coincide with the
-    line's only remaining stalls (40-146 ms at the trace's start, bench/results/line-stalls/).
+    middle of a run, and 64 MB per CPU (the old fixed size) stalled the line at 6 of 30 trace starts
+    (25-161 ms), this size at none of 30 (bench/results/trace-alloc-stalls/).
     All departures can land on one CPU, so each CPU's buffer holds them all.
     """
     frames = rate_mbps * 1e6 / (FRAME_BYTES * 8) * max(seconds, 0.0)
