@@ -30,20 +30,26 @@ MEASURE = ["--flows", "800", "--hosts", "100", "--rate-mbps", "62.5", "--rtt-ms"
 ARMS = {"ext4": "/run/bufsize-scratch-ab", "tmpfs": None}  # None: the toolkit's choice (tmpfs here)
 
 
-def stalls(queue_csv: Path, min_s: float = 0.02) -> list[float]:
-    """Lengths (s) of the stretches in which the backlog was non-zero and sent_bytes did not move."""
-    out: list[float] = []
-    start = prev = None
-    for r in csv.DictReader(queue_csv.open()):
-        t, sent, backlog = float(r["t_s"]), int(r["sent_bytes"]), int(r["backlog_packets"])
-        if prev is not None and sent == prev[1] and backlog > 0 and prev[2] > 0:
+def stretches(rows: list[tuple[float, int, int]], min_s: float) -> list[tuple[float, float]]:
+    """(start, length) of the stretches of at least `min_s` in which (t, sent, backlog) rows show
+    frames queued and no bytes sent: the one stall rule of both stall benches."""
+    found: list[tuple[float, float]] = []
+    start = None
+    for prev, cur in zip(rows, rows[1:], strict=False):
+        if cur[1] == prev[1] and cur[2] > 0 and prev[2] > 0:
             start = prev[0] if start is None else start
         else:
             if start is not None and prev[0] - start >= min_s:
-                out.append(prev[0] - start)
+                found.append((start, prev[0] - start))
             start = None
-        prev = (t, sent, backlog)
-    return out
+    return found
+
+
+def stalls(queue_csv: Path, min_s: float = 0.02) -> list[float]:
+    """Lengths (s) of the stalls in a queue monitor's CSV."""
+    with queue_csv.open() as f:
+        rows = [(float(r["t_s"]), int(r["sent_bytes"]), int(r["backlog_packets"])) for r in csv.DictReader(f)]
+    return [length for _, length in stretches(rows, min_s)]
 
 
 def recorded_s(queue_csv: Path) -> float:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.line_stalls import stretches  # noqa: E402
 from buffersizing.traffic import LongFlows  # noqa: E402
 from monitors.fidelity import FidelityMonitor, trace_buffer_kb  # noqa: E402
 from topologies import FRAME_BYTES  # noqa: E402
@@ -49,20 +50,6 @@ def sampler(net: Dumbbell, stop: threading.Event, out: list[tuple[float, int, in
             s = r.read()
             out.append((s.t, s.bytes, s.qlen))
             time.sleep(0.002)
-
-
-def stalls(samples: list[tuple[float, int, int]], min_s: float) -> list[tuple[float, float]]:
-    """(start, length) of the stretches with frames queued and no bytes sent."""
-    found: list[tuple[float, float]] = []
-    start = None
-    for prev, cur in zip(samples, samples[1:], strict=False):
-        if cur[1] == prev[1] and cur[2] > 0 and prev[2] > 0:
-            start = prev[0] if start is None else start
-        else:
-            if start is not None and prev[0] - start >= min_s:
-                found.append((start, prev[0] - start))
-            start = None
-    return found
 
 
 def run_one(a: argparse.Namespace, sized_kb: int) -> dict:
@@ -96,7 +83,7 @@ def run_one(a: argparse.Namespace, sized_kb: int) -> dict:
         finally:
             stop.set()
             th.join()
-    found = stalls(samples, a.min_ms / 1000)
+    found = stretches(samples, a.min_ms / 1000)
     for s in starts:
         mine = [length for t, length in found if s["t"] <= t <= s["t"] + ATTRIBUTE_S]
         s["stalls"], s["longest_ms"] = len(mine), round(1e3 * max(mine, default=0.0), 1)
