@@ -1,0 +1,81 @@
+"""README's findings tables say what the committed sweeps hold.
+
+The findings are rewritten by hand as sweeps grow; this checks every sweep table in README.md
+(a bold header naming `results/<dir>/`, then a table whose columns start with N, runs (valid),
+answers, median) and the five-search table against the result.json files under that directory,
+so a README left behind by a new run fails here.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from pathlib import Path
+
+from buffersizing.report import load_results, summary_rows
+
+REPO = Path(__file__).resolve().parents[1]
+SWEEP_HEADER = "| N | runs (valid) | answers (packets) | median | CV | x RTT*C/sqrt(N) | x hardware median |"
+FIVE_HEADER = "| cc | N | answers (packets) | median | range | CV |"
+
+
+def _tables(text: str, header: str) -> list[tuple[str, list[list[str]]]]:
+    """(the text before the table since the previous table, its rows split into cells) per table."""
+    lines = text.splitlines()
+    out, since = [], 0
+    for i, line in enumerate(lines):
+        if line.strip().startswith(header):
+            rows, j = [], i + 2  # skip the |---| line
+            while j < len(lines) and lines[j].strip().startswith("|"):
+                rows.append([c.strip() for c in lines[j].strip().strip("|").split("|")])
+                j += 1
+            out.append(("\n".join(lines[since:i]), rows))
+            since = j
+    return out
+
+
+def _answers(cell: str) -> list[int]:
+    return [int(x) for x in cell.split(",")]
+
+
+def _sweep_tables() -> list[tuple[Path, list[list[str]]]]:
+    found = []
+    for before, rows in _tables((REPO / "README.md").read_text(), SWEEP_HEADER):
+        dirs = re.findall(r"\(`(results/[^`]+?)/?`", before)
+        assert dirs, f"a findings table with no `results/...` directory named above it: {before[-200:]!r}"
+        found.append((REPO / dirs[-1], rows))
+    return found
+
+
+def test_readme_sweep_tables_match_committed_results() -> None:
+    tables = _sweep_tables()
+    assert len(tables) >= 2, "README should carry the full and the theory sweep's findings tables"
+    for d, rows in tables:
+        results = load_results(d)
+        summary = {r["flows"]: r for r in summary_rows(results)}
+        in_readme = {int(r[0]): r for r in rows}
+        assert sorted(in_readme) == sorted(summary), (d, sorted(in_readme), sorted(summary))
+        for n, cells in in_readme.items():
+            s = summary[n]
+            ordered = [r["buffer_packets"] for r in results if r["flows"] == n]
+            assert cells[1] == f"{s['runs']} ({s['valid_runs']})", (d, n, cells[1])
+            assert sorted(_answers(cells[2])) == sorted(ordered), (d, n, cells[2], ordered)
+            assert float(cells[3]) == s["median_packets"], (d, n, cells[3])
+            assert float(cells[5]) == s["ratio_to_theory"], (d, n, cells[5])
+            hw = s["ratio_to_hardware"]
+            assert cells[6] == ("-" if hw is None else str(hw)), (d, n, cells[6], hw)
+
+
+def test_readme_five_search_table_matches_committed_results() -> None:
+    by_cc: dict[str, list[dict]] = {}
+    for d, _ in _sweep_tables():
+        for r in load_results(d):
+            by_cc.setdefault(r["cc"], []).append(r)
+    (_, rows), *_ = _tables((REPO / "README.md").read_text(), FIVE_HEADER)
+    assert rows
+    for cc, n, answers, median, span, *_ in rows:
+        ours = [r["buffer_packets"] for r in by_cc[cc.lower()] if r["flows"] == int(n)]
+        assert len(ours) >= 5, (cc, n, ours)
+        assert sorted(_answers(answers)) == sorted(ours), (cc, n, answers, ours)
+        assert float(median) == statistics.median(ours), (cc, n, median)
+        assert span == f"{min(ours)}..{max(ours)}", (cc, n, span)
