@@ -12,6 +12,7 @@ Resumable: each finished run is a line in the JSONL file and is not repeated.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -35,6 +36,12 @@ CONFIGS: dict[str, list[str]] = {
 BURSTS = [1514, 15140]
 
 
+def helper_digest() -> str:
+    """Which build of the delay line ran (the C file can change between commits of one sitting)."""
+    path = REPO / "topologies" / "delayline" / "bsz-delayline"
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:12] if path.exists() else "missing"
+
+
 def measure_run(config: str, extra: list[str], duration: float) -> dict:
     """One `bufsize measure` of CONFIGS[config] with extra options; its figures, or the error."""
     with tempfile.TemporaryDirectory(prefix="bsz-ab-") as tmp:
@@ -53,8 +60,10 @@ def measure_run(config: str, extra: list[str], duration: float) -> dict:
         "config": config, "util": d["utilization"], "ref": d["reference_rate_mbps"],
         "mean_mbps": round(mean, 2), "mean_over_c": round(mean / rate, 4),
         "min_sec": min(p["rates_mbps"]), "empty": d["queue"]["empty_fraction"], "qmean": d["queue"]["mean_packets"],
-        "gt10": f.get("frac_gt10"), "gt25": f.get("frac_gt25"), "idle": p["cpu"]["idle"],
+        "gt10": f.get("frac_gt10"), "gt25": f.get("frac_gt25"), "lag_p99": f.get("lag_p99_frames"),
+        "lag_max": f.get("lag_max_frames"), "idle": p["cpu"]["idle"], "shaper_used": d["config"]["shaper"],
         "valid": d["valid"], "loadavg": os.getloadavg()[0], "wall_s": round(wall, 1),
+        "commit": d["manifest"]["project_commit"], "delayline_sha": helper_digest(),
     }  # fmt: skip
 
 

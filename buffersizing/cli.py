@@ -50,10 +50,15 @@ def quiet_if(flag: bool) -> Say | None:
 
 
 def cmd_doctor(a: argparse.Namespace) -> int:
+    from buffersizing.presets import format_preset_methods, preset_methods
     from topologies.machine import format_report, probe
 
     caps = probe()
-    print(json.dumps(caps.to_dict(), indent=1) if a.json else format_report(caps))
+    methods = preset_methods(caps.qdiscs, caps.delayline_built)
+    if a.json:
+        print(json.dumps(caps.to_dict() | {"presets": methods}, indent=1))
+    else:
+        print(format_report(caps) + "\n" + format_preset_methods(methods))
     return 0 if not caps.problems else 1
 
 
@@ -153,7 +158,8 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     only = parse_points(a.points, spec) if a.points is not None else None
     out = check_out_dir(a.out)
     require_root()
-    res = run_sweep(out, spec, delay_backend(spec.delay_backend, spec.shaper), only=only)
+    backend = delay_backend(spec.delay_backend, spec.shaper)
+    res = run_sweep(out, spec, backend, only=only, allow_mixed_shapers=a.allow_mixed_shapers)
     if res["finished"]:
         for path in make_report(out):
             print(f"wrote {path}")

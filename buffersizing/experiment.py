@@ -32,7 +32,7 @@ from monitors.plots import plot_run, write_fidelity_csv
 from monitors.recorder import Recorder, Recording, summary, write_csvs
 from topologies import FRAME_BYTES
 from topologies.cleanup import find_leftovers
-from topologies.config import MAX_RATE_MBPS, DumbbellConfig
+from topologies.config import MAX_RATE_MBPS, DumbbellConfig, line_capacity_warning, shaper_choice
 from topologies.description import pacing_applies
 from topologies.dumbbell import Dumbbell
 from topologies.errors import RunError, UsageError
@@ -73,6 +73,17 @@ def check_fidelity_s(seconds: float) -> None:
         raise UsageError(f"--fidelity-s {seconds:g}: must be 0 (skip) or from {least:.2g} to {MAX_FIDELITY_S:g} s")
 
 
+def describe_fidelity(fid: dict, shaper: str) -> str:
+    """One progress line on how faithfully the bottleneck paced during the trace."""
+    if not fid.get("available"):
+        return f"pacing fidelity ({shaper}): not measured: {fid.get('reason')}"
+    text = f"pacing fidelity ({shaper}): {fid['frac_gt10']:.1%} of busy gaps >10 % off, {fid['frac_gt25']:.1%} >25 %"
+    if fid.get("lag_p99_frames") is not None:
+        text += f"; lag behind the ideal service curve p50/p99/max {fid['lag_p50_frames']:.2f}/"
+        text += f"{fid['lag_p99_frames']:.2f}/{fid['lag_max_frames']:.2f} frames"
+    return text
+
+
 class Experiment:
     def __init__(
         self,
@@ -85,6 +96,10 @@ class Experiment:
     ) -> None:
         # The shaper resolved for the backend, so results name the one that ran, not auto.
         self.cfg, self.backend, self.kind, self.out = cfg.for_backend(backend), backend, kind, out
+        # How the shaper was chosen, kept in the result; a warning is said before the run starts.
+        used, why = shaper_choice(cfg.shaper, backend, cfg.hosts)
+        self.shaper_choice = {"requested": cfg.shaper, "used": used, "why": why,
+                              "warning": line_capacity_warning(used, cfg.hosts)}  # fmt: skip
         self.say: Say = say or stderr_say
         self.require_recorder = require_recorder
         self.net: Dumbbell | None = None
@@ -107,6 +122,8 @@ class Experiment:
 
     def __enter__(self) -> Experiment:
         self.t_wall = time.monotonic()
+        if self.shaper_choice["warning"]:
+            self.say(f"  warning: {self.shaper_choice['warning']}")
         self.check_leftovers()
         self.net = Dumbbell(self.cfg, self.backend).__enter__()
         try:
@@ -213,6 +230,7 @@ class Experiment:
             # How many departures the pacer's kicks released (its counters, written every 200 ms).
             self.fidelity["pacer"] = {k: after[k] - before[k] for k in ("kicks", "hits", "send_errors")}
             self.fidelity["pacer"]["on"] = after["on"]
+        self.say("  " + describe_fidelity(self.fidelity, self.cfg.shaper))
         return self.fidelity
 
     # ---- the result --------------------------------------------------------------------------
@@ -263,6 +281,7 @@ class Experiment:
             "flags": flags,
             "wall_seconds": round(time.monotonic() - self.t_wall, 1),
             "delay_backend": self.backend,
+            "shaper_choice": self.shaper_choice,
             "flows_start": (
                 asdict(self.started) | {"congestion_controls_seen": self.congestion_controls} if self.started else None
             ),

@@ -31,9 +31,10 @@ def add_link_args(p: argparse.ArgumentParser, rate: float | None = 62.5, rtt: st
         "--shaper",
         choices=SHAPER_CHOICES,
         default="auto",
-        help="bottleneck: htb or tbf on the switch's port, or line, the delay line's own queue and clock"
-        " (paces within a few us; needs the delay line, takes a CPU while busy); auto (default): line"
-        " where the delay line runs on 2 or more CPUs, else htb (bench/results/shaper-ab.md)",
+        help="bottleneck: line, the delay line's own queue and clock (paces within a few us; takes a CPU"
+        " while busy), or htb or tbf on the switch's port; auto (default) is the line on every kernel and"
+        " refuses to run where it cannot (one CPU, --delay-backend netem) instead of falling back"
+        " (bench/results/shaper-ab.md)",
     )
     p.add_argument(
         "--burst-bytes",
@@ -44,7 +45,8 @@ def add_link_args(p: argparse.ArgumentParser, rate: float | None = 62.5, rtt: st
         "--delay-backend",
         choices=DELAY_BACKENDS,
         default="auto",
-        help="propagation delay: netem, the userspace delay line, or auto (netem if the kernel has it)",
+        help="propagation delay: netem, the userspace delay line, or auto (the delay line with the line"
+        " shaper; with htb or tbf, netem if the kernel has it)",
     )
     p.add_argument(
         "--pacer",
@@ -114,6 +116,11 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", type=int, help="searches per N (default 1)")
     p.add_argument("--hosts", type=int, help="most sender hosts; each point uses min(N, this) (default 400)")
     add_link_args(p, rate=None, rtt=None, cc=None)
+    p.add_argument(
+        "--allow-mixed-shapers",
+        action="store_true",
+        help="resume a sweep whose finished points used another shaper than this machine would use now",
+    )
     add_search_args(p)
     p.set_defaults(samples=None, resolution=None, max_samples=None)
 

@@ -8,8 +8,9 @@ the sqrt(N) model assumes.
 
 from __future__ import annotations
 
-from topologies.config import available_congestion_controls
-from topologies.machine import kernel_has_module
+from topologies.config import available_congestion_controls, line_capacity_warning, shaper_choice
+from topologies.errors import MachineError, UsageError
+from topologies.machine import kernel_has_module, resolve_backend
 
 PAPER_RATE_MBPS = 62.5
 PAPER_RTT_MS = "87"
@@ -23,23 +24,28 @@ RUNS = 5
 # simulated with the noise of real samples it cut the answer's spread from 28 % (3 fixed samples)
 # to 6-7 % for about 3.5 times the samples (tests/test_search.py).
 SEQUENTIAL = {"samples": 5, "max_samples": 20, "resolution": 0.05}
-# Sender hosts: each point uses min(N, PRESET_MAX_HOSTS). The host count did not move the answer
-# (cubic, full preset, on the line: N=200 answered 7-8 packets over 1, 2, 100 and 200 hosts, N=800 7
-# over 1, 2 and 100; results/hosts/2026-11-25/), but it decides the shaper: on this 2-core machine `auto`
-# gives the line at most 100 hosts, and HTB, beyond that, answered 2 packets at both N (its burst
-# sends the time the link sat idle: 6 packets with a one-frame burst). Seed 004 says both that the
-# hardware's flows came from one end host and that they were spread over 400 hosts; the 2012 code
-# used 2. So the presets take the most hosts the line paces here, and N <= 100 keep one flow a host.
-PRESET_MAX_HOSTS = 100
+# Sender hosts: each point uses min(N, PRESET_MAX_HOSTS), seed 004's 400 at most, so N <= 400 keep one
+# flow a host. The host count did not move the answer on the line (cubic, full preset: N=200 answered
+# 7-8 packets over 1, 2, 100 and 200 hosts, N=800 7 over 1, 2 and 100; results/hosts/2026-11-25/). The
+# sweeps committed before 2026-11-26 capped it at 100, because 400 hosts then overloaded the CPU the
+# line leaves for the traffic on 2 cores; since iperf's timer slack they fit (topologies/config.py
+# LINE_MAX_HOSTS_PER_CPU, bench/results/shaper-scale/).
+PRESET_MAX_HOSTS = 400
 
 
 def hardware_cc() -> str:
     return "bic" if "bic" in available_congestion_controls() or kernel_has_module("tcp_bic") else "cubic"
 
 
+# The shaper every preset was validated with, pinned so that a preset answers with the same method
+# on every machine (a cloud VM's netem kernel included): the line (topologies/config.py says why).
+PRESET_SHAPER = "line"
+
+
 def preset(name: str) -> dict:
     """Sweep settings a preset fixes; anything given on the command line overrides them."""
-    base = {"rate_mbps": PAPER_RATE_MBPS, "rtt_ms": PAPER_RTT_MS, "max_hosts": PRESET_MAX_HOSTS}
+    base = {"rate_mbps": PAPER_RATE_MBPS, "rtt_ms": PAPER_RTT_MS, "max_hosts": PRESET_MAX_HOSTS,
+            "shaper": PRESET_SHAPER}  # fmt: skip
     if name == "quick":
         # About 20 minutes here: one run of five N, three samples per probe, 10 % resolution.
         return base | {"flows": [2, 10, 50, 200, 800], "runs": 1, "cc": hardware_cc(), "samples": 3, "resolution": 0.1}
@@ -51,3 +57,43 @@ def preset(name: str) -> dict:
 
 
 PRESETS = ("quick", "full", "theory")
+
+
+def preset_methods(qdiscs: dict[str, bool], delayline_built: bool, cpus: int | None = None) -> dict[str, dict]:
+    """For `bufsize doctor`: the shaper and delay backend each preset gets on this machine, and why (or
+    why it cannot run here)."""
+    methods: dict[str, dict] = {}
+    for name in PRESETS:
+        p = preset(name)
+        hosts = min(max(p["flows"]), p["max_hosts"])
+        try:
+            backend = resolve_backend("auto", qdiscs, delayline_built, p["shaper"])
+            shaper, _ = shaper_choice(p["shaper"], backend, hosts, cpus)
+        except (MachineError, UsageError) as e:
+            methods[name] = {"runs": False, "why": str(e)}
+            continue
+        methods[name] = {
+            "runs": True,
+            "shaper": shaper,
+            "delay_backend": backend,
+            "most_hosts": hosts,
+            "why": "pinned by the preset: the shaper its committed results were measured with"
+            + ("; the delay line carries the delay too, although this kernel has netem" if qdiscs.get("netem") else ""),
+            "warning": line_capacity_warning(shaper, hosts, cpus),
+        }
+    return methods
+
+
+def format_preset_methods(methods: dict[str, dict]) -> str:
+    lines = []
+    for name, m in methods.items():
+        if not m["runs"]:
+            lines.append(f"preset {name + ':':8} cannot run here: {m['why']}")
+            continue
+        lines.append(
+            f"preset {name + ':':8} shaper {m['shaper']}, delay {m['delay_backend']}, up to {m['most_hosts']} "
+            f"sender hosts ({m['why']})"
+        )
+        if m["warning"]:
+            lines.append(f"  warning: {m['warning']}")
+    return "\n".join(lines)

@@ -129,13 +129,23 @@ def make_spec(preset_name: str | None, flows: list[int] | None, overrides: dict,
         rate_mbps=pick("rate_mbps", 62.5),
         rtt_ms=pick("rtt_ms", "87"),
         cc=pick("cc", "reno"),
-        **{k: overrides.get(k, v) for k, v in LINK_DEFAULTS.items()},
+        shaper=pinned_shaper(pick("shaper", "auto"), pick("delay_backend", "auto")),
+        **{k: overrides.get(k, v) for k, v in LINK_DEFAULTS.items() if k not in ("shaper",)},
         pacer=overrides.get("pacer", "on" if PACER_DEFAULT else "off") == "on",
         search=search_opts,
         preset=preset_name,
     )
     spec.validate()
     return spec
+
+
+def pinned_shaper(shaper: str, delay_backend: str) -> str:
+    """A sweep names the shaper it runs in its spec, so that resuming it, or running its points on other
+    machines (bufsize remote), uses the same method: auto is pinned to the line it stands for."""
+    if shaper != "auto":
+        return shaper
+    resolve_shaper(shaper, "netem" if delay_backend == "netem" else "delayline", 1, cpus=2)  # refuses netem
+    return "line"
 
 
 def spec_from_args(a: argparse.Namespace) -> SweepSpec:
@@ -202,9 +212,12 @@ def existing_manifest(out: Path, spec: SweepSpec) -> dict | None:
         return None
     try:
         manifest = json.loads(path.read_text())
-        old = manifest["spec"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        old = dict(manifest["spec"])
+        machine = manifest.get("machine") or {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise UsageError(f"{path} is not a sweep manifest ({e}); choose another --out") from e
+    if old.get("shaper") == "auto" and isinstance(machine, dict) and machine.get("shaper") == spec.shaper:
+        old["shaper"] = spec.shaper  # made before sweeps pinned auto, and auto ran this shaper then
     if old != spec.to_dict():
         diff = sorted(k for k in set(old) | set(spec.to_dict()) if old.get(k) != spec.to_dict().get(k))
         raise UsageError(
@@ -214,11 +227,25 @@ def existing_manifest(out: Path, spec: SweepSpec) -> dict | None:
     return manifest
 
 
-def open_sweep(out: Path, spec: SweepSpec, backend: str) -> None:
+def check_same_shaper(manifest: dict, now: str, allow_mixed: bool) -> None:
+    """Refuse to resume a sweep whose finished points used another shaper than this run would."""
+    machine = manifest.get("machine")
+    before = machine.get("shaper") if isinstance(machine, dict) else None
+    if before is None or before == now or allow_mixed:
+        return
+    raise UsageError(
+        f"this sweep's points so far used the shaper '{before}' and this run would use '{now}': a curve from "
+        "two shapers mixes two methods; resume it where it began, or pass --allow-mixed-shapers"
+    )
+
+
+def open_sweep(out: Path, spec: SweepSpec, backend: str, allow_mixed_shapers: bool = False) -> None:
     """Create the sweep directory, or check that an existing one was made by the same command."""
     check_out_dir(out)
     path = out / "manifest.json"
-    if existing_manifest(out, spec) is not None:
+    manifest = existing_manifest(out, spec)
+    if manifest is not None:
+        check_same_shaper(manifest, sweep_shapers(spec, backend), allow_mixed_shapers)
         return
     machine = machine_manifest(backend, spec.cc, sweep_shapers(spec, backend))
     write_json_atomic(path, {"spec": spec.to_dict(), "machine": machine})
@@ -230,11 +257,13 @@ def run_sweep(
     backend: str,
     log: Callable[[str], None] | None = None,
     only: list[tuple[int, int]] | None = None,
+    allow_mixed_shapers: bool = False,
 ) -> dict:
     """Every point of the sweep, or `only` those (in the sweep's order; another machine runs the rest)."""
     say = log or (lambda s: print(s, file=sys.stderr, flush=True))
     spec.validate()
-    open_sweep(out, spec, backend)
+    open_sweep(out, spec, backend, allow_mixed_shapers)
+    say(f"shaper: {sweep_shapers(spec, backend)}, delay backend: {backend}")
     points = [p for p in spec.points() if only is None or p in only]
     todo = [(n, r) for n, r in points if not finished(out, n, r)]
     if len(todo) < len(points):

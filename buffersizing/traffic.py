@@ -28,6 +28,13 @@ IPERF3_MAX_STREAMS = 128
 # Long enough for any search; the flows are stopped explicitly when the experiment ends.
 FOREVER_S = 24 * 3600
 QUIET = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+# iperf 2's reporter thread polls: when it has little to report it sleeps a few ms and looks again,
+# in every client process and the server. At 400 sender hosts those wake-ups (and their context
+# switches) took about half of the traffic CPU (perf, 800 flows, bench/results/line-400.md), and on
+# 2 cores the line leaves one CPU for all of it. A timer slack lets each sleep end up to this much
+# later, so the kernel wakes them far less often; nothing iperf measures for us is timed by a sleep
+# (the bytes are counted at the bottleneck, the flows are held by --txstart-time to within it).
+IPERF2_TIMER_SLACK_NS = 50_000_000
 
 
 def split_flows(flows: int, hosts: int) -> list[int]:
@@ -130,7 +137,11 @@ class LongFlows:
         net = self.net
         port = net.state.ports().start
         self.ports = [port]
-        self.servers.append(net.spawn(net.receiver_ns, self._server_argv(port), "iperf server", **QUIET))
+        self.servers.append(
+            net.spawn(
+                net.receiver_ns, self._server_argv(port), "iperf server", timer_slack_ns=IPERF2_TIMER_SLACK_NS, **QUIET
+            )  # fmt: skip
+        )
         self.what[self.servers[-1].pid] = "the iperf server"
         self._wait_listening(self.ports)
         # All clients write their first byte at this wall-clock time, which should fall after every
@@ -159,7 +170,9 @@ class LongFlows:
                 "-i",
                 "0",
             ]
-            self.clients.append(net.spawn(h.ns, argv, f"iperf client h{h.index} x{k}", **QUIET))
+            self.clients.append(
+                net.spawn(h.ns, argv, f"iperf client h{h.index} x{k}", timer_slack_ns=IPERF2_TIMER_SLACK_NS, **QUIET)
+            )
             self.what[self.clients[-1].pid] = f"iperf client of h{h.index} ({k} flows)"
         return start_at
 

@@ -1,14 +1,21 @@
 """Validation of what users type, without touching the machine."""
 
 import math
-import os
 
 import pytest
 
 from buffersizing.options import buffer_from_args
 from topologies import FRAME_BYTES
-from topologies.config import DumbbellConfig, parse_rtts, resolve_shaper
-from topologies.errors import UsageError
+from topologies.config import (
+    LINE_MAX_HOSTS_PER_CPU,
+    DumbbellConfig,
+    line_capacity_warning,
+    parse_rtts,
+    resolve_shaper,
+    shaper_choice,
+)
+from topologies.errors import MachineError, UsageError
+from topologies.machine import resolve_backend
 
 
 def test_single_rtt_applies_to_every_host():
@@ -103,13 +110,11 @@ def test_explicit_burst_tbf_and_pacer_defaults():
     [
         ("auto", "delayline", 2, 2, "line"),
         ("auto", "delayline", 100, 2, "line"),
-        ("auto", "delayline", 101, 2, "htb"),  # the other CPU could not keep up with the traffic
-        ("auto", "delayline", 400, 2, "htb"),
+        ("auto", "delayline", 400, 2, "line"),  # beyond the measured envelope: warned, not switched
         ("auto", "delayline", 300, 4, "line"),
-        ("auto", "delayline", 2, 1, "htb"),  # one CPU: the line's spinning would starve the senders
-        ("auto", "netem", 2, 8, "htb"),  # no delay line under netem
         ("tbf", "delayline", 2, 2, "tbf"),
         ("htb", "delayline", 2, 2, "htb"),
+        ("htb", "netem", 2, 2, "htb"),
         ("line", "delayline", 400, 1, "line"),  # asked for by name: honoured
     ],
 )
@@ -117,19 +122,56 @@ def test_auto_shaper_resolution(requested, backend, hosts, cpus, expected):
     assert resolve_shaper(requested, backend, hosts, cpus) == expected
 
 
-def test_for_backend_resolves_and_refuses_the_line_under_netem():
+@pytest.mark.parametrize(
+    "backend,cpus,match",
+    [("netem", 8, "--delay-backend netem"), ("delayline", 1, "1 CPU")],
+)
+def test_auto_refuses_where_the_line_cannot_run_instead_of_falling_back(backend, cpus, match):
+    with pytest.raises(UsageError, match=match) as e:
+        resolve_shaper("auto", backend, 2, cpus)
+    assert "--shaper htb or tbf" in str(e.value)
+
+
+def test_auto_says_why_and_warns_beyond_the_measured_envelope():
+    used, why = shaper_choice("auto", "delayline", 2, cpus=2)
+    assert used == "line" and "default" in why
+    assert shaper_choice("htb", "netem", 2, cpus=2) == ("htb", "asked for (--shaper)")
+    assert line_capacity_warning("line", LINE_MAX_HOSTS_PER_CPU, cpus=2) is None
+    warning = line_capacity_warning("line", LINE_MAX_HOSTS_PER_CPU + 1, cpus=2)
+    assert warning is not None and f"{LINE_MAX_HOSTS_PER_CPU + 1} sender hosts" in warning
+    assert line_capacity_warning("line", 3 * LINE_MAX_HOSTS_PER_CPU, cpus=4) is None
+    assert line_capacity_warning("htb", 400, cpus=2) is None
+
+
+def test_for_backend_resolves_and_refuses_the_line_under_netem(monkeypatch):
+    monkeypatch.setattr("topologies.config.os.sched_getaffinity", lambda pid: {0, 1})  # as on 2 CPUs
     assert DumbbellConfig(shaper="tbf").for_backend("delayline").shaper == "tbf"
-    assert DumbbellConfig(shaper="auto").for_backend("netem").shaper == "htb"
+    assert DumbbellConfig(shaper="auto").for_backend("delayline").shaper == "line"
+    with pytest.raises(UsageError, match="--shaper htb or tbf"):
+        DumbbellConfig(shaper="auto").for_backend("netem")
     with pytest.raises(UsageError, match="delay-backend delayline"):
         DumbbellConfig(shaper="line").for_backend("netem")
 
 
-def test_a_sweeps_manifest_names_the_shaper_of_each_n():
+def test_auto_delay_backend_is_the_delay_line_for_the_line_even_with_netem():
+    netem = {"netem": True}
+    assert resolve_backend("auto", netem, True, "auto") == "delayline"
+    assert resolve_backend("auto", netem, True, "line") == "delayline"
+    assert resolve_backend("auto", netem, True, "htb") == "netem"  # a kernel shaper keeps netem
+    assert resolve_backend("auto", {"netem": False}, True, "tbf") == "delayline"
+    with pytest.raises(MachineError, match="not built"):
+        resolve_backend("auto", netem, False, "auto")  # never a silent netem + HTB
+
+
+def test_a_sweep_pins_auto_to_the_line_and_names_one_shaper():
     from buffersizing.sweep import make_spec, sweep_shapers
 
     spec = make_spec(None, [2, 100, 800], {"shaper": "auto"}, {})
-    cpus = len(os.sched_getaffinity(0))
-    if cpus == 2:
-        assert sweep_shapers(spec, "delayline") == "auto: line for N=2,100; htb for N=800"
-    assert sweep_shapers(spec, "netem") == "htb"
+    assert spec.shaper == "line"
+    assert sweep_shapers(spec, "delayline") == "line"
     assert sweep_shapers(make_spec(None, [2, 800], {"shaper": "tbf"}, {}), "delayline") == "tbf"
+    with pytest.raises(UsageError, match="--shaper htb or tbf"):
+        make_spec(None, [2], {"shaper": "auto", "delay_backend": "netem"}, {})
+    for name in ("quick", "full", "theory"):
+        assert make_spec(name, None, {}, {}).shaper == "line"
+        assert make_spec(name, None, {"shaper": "htb"}, {}).shaper == "htb"  # the user's explicit choice

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from monitors.fidelity import EVENT_BYTES, MIN_BUFFER_KB, FidelityUnavailable, summarize, trace_buffer_kb
+from monitors.fidelity import (
+    EVENT_BYTES,
+    MIN_BUFFER_KB,
+    FidelityUnavailable,
+    departure_lags,
+    summarize,
+    trace_buffer_kb,
+)
 from topologies import FRAME_BYTES
 from topologies.tracefs import instance_overruns
 
@@ -37,6 +46,88 @@ def test_idle_link_is_refused_not_invented():
         summarize([0.0, 1.0, 2.0], 62.5)
     with pytest.raises(FidelityUnavailable):
         summarize([], 62.5)
+
+
+# ---- lag behind the ideal service curve, in frames ------------------------------------------------
+
+GIGABIT_S = FRAME_BYTES * 8 / 1e9
+TRACE_T0 = 8556.007407  # trace timestamps are seconds since boot: large next to a frame time
+
+
+def test_lag_of_perfect_pacing_is_zero_even_far_from_time_zero():
+    for rate, ideal in ((62.5, IDEAL_S), (1000, GIGABIT_S)):
+        s = summarize([TRACE_T0 + k * ideal for k in range(250_000 if rate == 1000 else 1000)], rate)
+        assert (s["lag_p50_frames"], s["lag_p99_frames"], s["lag_max_frames"]) == (0, 0, 0), s
+        assert s["busy_periods"] == 1 and s["lag_departures"] == s["departures"]
+
+
+def test_lag_of_back_to_back_pairs_is_about_one_frame():
+    # HTB clumps: two frames 1 us apart, then a wait of two frame times. The first of each pair is
+    # a frame behind the curve anchored at the early second one, the second is on it.
+    times = []
+    for i in range(500):
+        times += [i * 2 * IDEAL_S, i * 2 * IDEAL_S + 1e-6]
+    lags, periods = departure_lags(times, 62.5)
+    assert periods == 1 and len(lags) == 1000
+    assert lags[2::2] == pytest.approx([1 - 1e-6 / IDEAL_S] * 499, abs=1e-6)
+    assert lags[1::2] == pytest.approx([0] * 500, abs=1e-9)
+    s = summarize(times, 62.5)
+    assert s["lag_max_frames"] == pytest.approx(1, abs=0.01) and s["lag_p99_frames"] == pytest.approx(1, abs=0.01)
+    assert 0 <= s["lag_p50_frames"] <= 1
+
+
+def test_lag_grows_through_the_busy_period_of_a_slow_link():
+    # At 0.99 of C each departure falls 1/0.99 - 1 = 0.0101 frame further behind: 10.09 at the 1000th.
+    times = [k * IDEAL_S / 0.99 for k in range(1000)]
+    lags, _ = departure_lags(times, 62.5)
+    assert all(b > a for a, b in zip(lags, lags[1:], strict=False))
+    s = summarize(times, 62.5)
+    assert s["lag_max_frames"] == pytest.approx(999 * (1 / 0.99 - 1), abs=0.01)
+    assert s["lag_p50_frames"] == pytest.approx(s["lag_max_frames"] / 2, abs=0.02)
+    assert s["lag_p99_frames"] == pytest.approx(0.99 * s["lag_max_frames"], abs=0.01)
+    assert s["frac_gt10"] == 0  # every gap is only 1 % long: the gap fractions cannot see it
+
+
+def test_a_late_departure_shows_its_lag_until_it_is_caught_up():
+    # Departure 500 leaves three frame times late, the next three go 1 us apart behind it, and from
+    # 504 on the link is on time again: lag 3, 2, 1, ~0, then 0.
+    times = [k * IDEAL_S for k in range(1000)]
+    times[500] = 503 * IDEAL_S
+    for j, k in enumerate((501, 502, 503), 1):
+        times[k] = 503 * IDEAL_S + j * 1e-6
+    lags, _ = departure_lags(times, 62.5)
+    assert lags[499:505] == pytest.approx([0, 3, 2, 1, 0, 0], abs=0.02)
+    assert max(lags[504:]) == 0 and max(lags[:500]) == 0
+    s = summarize(times, 62.5)
+    assert s["lag_max_frames"] == pytest.approx(3, abs=0.001)
+    assert s["lag_p99_frames"] == s["lag_p50_frames"] == 0  # 4 late departures in 1000: under the 1 %
+
+
+def test_lag_restarts_in_each_busy_period_and_lone_departures_are_left_out():
+    # Three busy periods 1 s apart (slow, perfect, slow) and a lone departure between two of them.
+    # Carried over an idle gap, the anchor would read the second period as ~5000 frames behind.
+    times: list[float] = []
+    for start, speed in ((0.0, 0.99), (1.0, 1.0), (2.0, 0.99)):
+        times += [start + k * IDEAL_S / speed for k in range(300)]
+    times.insert(600, 1.5)
+    lags, periods = departure_lags(times, 62.5)
+    assert periods == 3 and len(lags) == 900
+    assert lags[300:600] == pytest.approx([0] * 300, abs=1e-6)
+    assert lags[0] == lags[300] == lags[600] == 0
+    s = summarize(times, 62.5)
+    assert s["lag_max_frames"] == pytest.approx(299 * (1 / 0.99 - 1), abs=0.01)
+    assert (s["busy_periods"], s["lag_departures"], s["gaps_idle_excluded"]) == (3, 900, 3)
+
+
+def test_lag_stays_under_a_frame_where_timestamp_noise_swamps_the_gap_fractions():
+    # 1 Gb/s, each departure up to 2 us early or late and the timestamp rounded to the microsecond
+    # as ftrace prints it: ~40 % of gaps read more than 10 % (1.2 us) off, four times the flag's
+    # threshold, on a link that keeps C; its lag is bounded by (4 + 1) us / 12.1 us = 0.41 frame.
+    rng = random.Random(29)
+    times = [round(TRACE_T0 + k * GIGABIT_S + rng.uniform(-2e-6, 2e-6), 6) for k in range(20_000)]
+    s = summarize(times, 1000)
+    assert s["frac_gt10"] > 0.3
+    assert s["lag_max_frames"] <= 0.42 and s["busy_periods"] == 1
 
 
 def test_trace_buffer_holds_twice_the_departures_and_grows_with_rate_and_time():
@@ -138,3 +229,15 @@ def test_netlink_link_answer_decodes_stats64():
     msg = nl.NLMSG.pack(nl.NLMSG.size + len(body), c.RTM_NEWLINK, 0, 1, 0) + body
     s = c.decode_link(msg, 2.0)
     assert (s.tx_bytes, s.tx_packets, s.tx_dropped, s.rx_bytes, s.rx_dropped, s.t) == (30280, 20, 4, 1000, 3, 2.0)
+
+
+def test_the_progress_line_names_the_shaper_gaps_and_lag_or_why_there_are_none():
+    from buffersizing.experiment import describe_fidelity
+
+    fid = {"available": True, "frac_gt10": 0.0123, "frac_gt25": 0.004, "lag_p50_frames": 0.0,
+           "lag_p99_frames": 0.25, "lag_max_frames": 3.5}  # fmt: skip
+    line = describe_fidelity(fid, "line")
+    assert "(line)" in line and "1.2% of busy gaps >10 % off" in line and "0.00/0.25/3.50 frames" in line
+    old = {k: v for k, v in fid.items() if not k.startswith("lag")}  # results from before the lag
+    assert "lag" not in describe_fidelity(old, "htb")
+    assert "not measured: no trace" in describe_fidelity({"available": False, "reason": "no trace"}, "htb")

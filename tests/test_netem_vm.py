@@ -50,6 +50,8 @@ from typing import TypeVar
 import pytest
 from conftest import in_ns, ours
 
+from buffersizing.measure import MeasureOptions, run_measure
+from buffersizing.presets import format_preset_methods, preset_methods
 from buffersizing.verify import (
     RATE_HIGH,
     PingResult,
@@ -57,7 +59,7 @@ from buffersizing.verify import (
     summarize,
 )
 from topologies import FRAME_BYTES, netns, shaper, sysctl
-from topologies.config import DumbbellConfig
+from topologies.config import DumbbellConfig, resolve_shaper
 from topologies.delay import HELPER, netem_commands
 from topologies.dumbbell import OFFLOADS_OFF, Dumbbell, Host, tcp_sysctls
 from topologies.machine import format_report, probe, qdisc_support, resolve_backend
@@ -268,33 +270,60 @@ def dumbbell_netem(net: Dumbbell) -> list[tuple[str, str, Host]]:
     return where
 
 
-# ---- auto picks netem -------------------------------------------------------------------------
+# ---- auto picks the line, in the delay line, even here ------------------------------------------
 
 
-def test_auto_picks_netem_on_the_stock_kernel(show):
+def test_auto_picks_the_line_in_the_delay_line_on_the_stock_kernel(show):
+    """The default is the same method on every kernel (issue 29): the line, with the delay line also
+    carrying the delay although netem exists; netem stays the backend of an explicit kernel shaper."""
     caps = probe()
-    show(format_report(caps).replace("\n", "\n  "))
+    methods = preset_methods(caps.qdiscs, caps.delayline_built)
+    show((format_report(caps) + "\n" + format_preset_methods(methods)).replace("\n", "\n  "))
     assert caps.qdiscs.get("netem"), f"kernel {caps.kernel} offers no sch_netem: the VM stage must have it"
-    assert caps.delay_backend == "netem"
-    assert resolve_backend("auto", caps.qdiscs, caps.delayline_built) == "netem"
-    # Both backends can be forced here, which the comparison below relies on.
-    assert resolve_backend("netem", caps.qdiscs, caps.delayline_built) == "netem"
     assert caps.delayline_built, f"{HELPER} is not built on the host (./setup.sh)"
-    assert resolve_backend("delayline", caps.qdiscs, caps.delayline_built) == "delayline"
+    assert caps.delay_backend == "delayline"
+    assert resolve_backend("auto", caps.qdiscs, caps.delayline_built, "auto") == "delayline"
+    assert resolve_shaper("auto", "delayline", 2) == "line"
+    assert resolve_backend("auto", caps.qdiscs, caps.delayline_built, "htb") == "netem"
+    # Both backends can be forced here, which the comparison below relies on.
+    assert resolve_backend("netem", caps.qdiscs, caps.delayline_built, "htb") == "netem"
+    assert resolve_backend("delayline", caps.qdiscs, caps.delayline_built, "htb") == "delayline"
+    for name, m in methods.items():
+        assert m["runs"] and (m["shaper"], m["delay_backend"]) == ("line", "delayline"), (name, m)
     assert caps.openvswitch_module, "the stock kernel should ship the openvswitch module"
     assert not caps.problems, caps.problems
+
+
+def test_a_short_measure_with_the_defaults_runs_on_the_line_and_reports_its_fidelity(no_leftovers, show, tmp_path):
+    """`bufsize measure` with the default shaper and delay backend on the stock kernel: it runs on the
+    line, says so in the result, and reports the link's fidelity (or why there is none). Timing is not
+    judged: the guest is emulated."""
+    cfg = config("auto", buffer_bytes=20 * FRAME_BYTES)
+    backend = resolve_backend(cfg.delay_backend, qdisc_support(), HELPER.exists(), cfg.shaper)
+    assert backend == "delayline"
+    opts = MeasureOptions(flows=2, duration_s=4.0, settle_s=1.0, reference_s=2.0, fidelity_s=1.0)
+    opts.validate(cfg)
+    result = run_measure(cfg, backend, [cfg.initial_buffer_bytes()], opts, tmp_path, log=lambda s: None)
+    show(f"measure on the line: utilization {result['utilization']}, fidelity {result['fidelity']}")
+    assert result["config"]["shaper"] == "line" and result["delay_backend"] == "delayline"
+    assert result["shaper_choice"]["requested"] == "auto" and result["shaper_choice"]["used"] == "line"
+    assert result["manifest"]["shaper"] == "line"
+    fid = result["fidelity"]
+    assert fid.get("available") is True and "frac_gt10" in fid or fid.get("reason"), fid
+    assert (tmp_path / "result.json").exists()
 
 
 # ---- verify from each backend -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("requested", ["auto", "delayline"])
+@pytest.mark.parametrize("requested", ["netem", "delayline"])
 def test_verify_rtt_and_rate_within_tolerance(no_leftovers, show, requested):
-    """What `bufsize verify --delay-backend <requested>` measures (cli.run_verify), in this process,
-    judged against the same dumbbell with zero delay measured just before."""
-    cfg = config(requested)
-    backend = resolve_backend(cfg.delay_backend, qdisc_support(), HELPER.exists())
-    assert backend == ("netem" if requested == "auto" else requested)
+    """What `bufsize verify --shaper htb --delay-backend <requested>` measures (cli.run_verify), in this
+    process, judged against the same dumbbell with zero delay measured just before. HTB on both, so
+    the two delay backends are compared under the same kernel shaper."""
+    cfg = config(requested, shaper="htb")
+    backend = resolve_backend(cfg.delay_backend, qdisc_support(), HELPER.exists(), cfg.shaper)
+    assert backend == requested
     with Dumbbell(zero_delay(cfg), backend) as base:
         base_pings = ping_all(base.hosts, base.receiver_ip)
     with Dumbbell(cfg, backend) as net:
@@ -336,7 +365,7 @@ def test_netem_and_delayline_agree(show):
 
 
 def test_netem_dumbbell_delays_survive_buffer_change_and_teardown_leaves_nothing(no_leftovers, show):
-    cfg = config("netem", buffer_bytes=50 * FRAME_BYTES)
+    cfg = config("netem", buffer_bytes=50 * FRAME_BYTES, shaper="htb")
     with Dumbbell(zero_delay(cfg), "netem") as base:
         dumbbell_netem(base)  # the same netem qdiscs, at delay 0
         baseline = ping_all(base.hosts, base.receiver_ip)

@@ -5,20 +5,38 @@ from __future__ import annotations
 import pytest
 from conftest import spec_of
 
-from buffersizing.presets import PRESETS, preset
-from topologies.config import resolve_shaper
+from buffersizing.presets import PRESETS, format_preset_methods, preset, preset_methods
+from topologies.config import line_capacity_warning
 
 
 @pytest.mark.parametrize("name", PRESETS)
-def test_every_preset_point_runs_on_the_line_on_two_cpus(name):
-    """HTB (what auto gives more than 100 hosts on 2 CPUs) answered 2 packets where the line answered
-    7-8 at N=200 and 800 (results/hosts/2026-11-25/): a preset's points must all fit the line."""
+def test_every_preset_pins_the_line_within_its_measured_envelope_on_two_cpus(name):
+    """A preset answers with the method its committed results used on every machine: the line, pinned
+    in the spec (HTB answered 2 packets where the line answered 7-8 at N=200 and 800,
+    results/hosts/2026-11-25/), and within the host count the line was measured to keep up with."""
     spec = spec_of("--preset", name)
+    assert spec.shaper == "line"
     for n in spec.flows:
         hosts = min(n, spec.max_hosts)
-        assert resolve_shaper("auto", "delayline", hosts, cpus=2) == "line", (name, n, hosts)
+        assert line_capacity_warning(spec.shaper, hosts, cpus=2) is None, (name, n, hosts)
     # N up to 100 keep one flow a host, as before.
     assert all(min(n, spec.max_hosts) == n for n in spec.flows if n <= 100)
+
+
+def test_doctor_names_each_presets_method_and_refuses_rather_than_falls_back():
+    netem = {"netem": True}
+    methods = preset_methods(netem, delayline_built=True, cpus=2)
+    for name in PRESETS:
+        m = methods[name]
+        assert m["runs"] and m["shaper"] == "line" and m["delay_backend"] == "delayline", m
+        assert "netem" in m["why"]  # says the delay line carries the delay although netem exists
+    one_cpu = preset_methods(netem, delayline_built=True, cpus=1)
+    assert one_cpu["quick"]["runs"] and "1 CPU" in one_cpu["quick"]["warning"]  # pinned: run, but warned
+    unbuilt = preset_methods(netem, delayline_built=False, cpus=2)
+    assert not unbuilt["full"]["runs"] and "not built" in unbuilt["full"]["why"]
+    text = format_preset_methods(methods | {"quick": one_cpu["quick"], "theory": unbuilt["theory"]})
+    assert "preset theory:  cannot run here" in text and "preset full:    shaper line" in text
+    assert "  warning: 1 CPU" in text
 
 
 def test_hosts_given_with_a_preset_override_it():

@@ -463,3 +463,12 @@ def test_sweep_points_option_takes_only_points_of_the_sweep():
                      ("2:x", "N:run"), ("", "N:run")]:  # fmt: skip
         with pytest.raises(UsageError, match=why):
             parse_points(bad, spec)
+
+
+@pytest.mark.parametrize("argv", [["--preset", "quick"], ["--flows", "2,800"], ["--flows", "2", "--shaper", "auto"]])
+def test_remote_workers_get_the_pinned_line_never_auto(argv):
+    """Every machine of a remote sweep runs the same method: auto is pinned to the line in the spec
+    before the argument list is built, so a worker with netem cannot resolve it to something else."""
+    shipped = sweep_argv(spec_of(*argv))
+    assert shipped[shipped.index("--shaper") + 1] == "line"
+    assert spec_of(*argv, "--shaper", "htb").shaper == "htb"  # an explicit kernel shaper is kept

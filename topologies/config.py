@@ -25,16 +25,23 @@ MAX_RTT_MS = 10_000.0
 # (topologies/line.py), so it needs the delay line backend.
 TC_SHAPERS = ("htb", "tbf")
 SHAPERS = (*TC_SHAPERS, "line")
-# auto, the default: the line wherever the delay line carries the run and a CPU can be given to it.
-# Side by side on this VM it put far fewer departure gaps >10 % off than HTB wherever the machine had
-# CPU to spare (bench/results/shaper-ab.md); with one CPU its spinning would starve the senders, and
-# under netem there is no delay line, so HTB there. The line also needs the other CPUs to keep up with
-# the traffic: 100 sender hosts (200 flows) left the second CPU of this 2-core VM about half idle and
-# the line paced within 1.4-3.8 %, while 400 hosts (800 flows) saturated it and the line fell behind
-# (reference rate 53.4-62.4 Mb/s, 5-41 % of gaps off). So auto gives the line at most
-# LINE_MAX_HOSTS_PER_CPU sender hosts per CPU left to the traffic.
+# auto, the default, is the line on every kernel: it paced with far fewer departure gaps >10 % off
+# than HTB or TBF on this VM (bench/results/shaper-ab.md), and HTB's burst answered a quarter of the
+# line's buffer at N = 200 and 800 (results/hosts/). Where the kernel has netem the delay line still
+# carries the delay as well: it must forward every frame to be the bottleneck anyway, so netem would
+# only add a second queue and a kernel timer on the same path, and the delay line doing both is the
+# method every committed result was measured with (topologies/machine.resolve_backend). auto never
+# falls back to a kernel shaper: where the line cannot run (one CPU, or --delay-backend netem), the run
+# is refused with the reason, and --shaper htb or tbf is the user's explicit choice.
 SHAPER_CHOICES = ("auto", *SHAPERS)
-LINE_MAX_HOSTS_PER_CPU = 100
+# Sender hosts per CPU left to the traffic that the line was measured to keep up with (more run on the
+# line too, with a warning before the run and in the result: line_capacity_warning). Until 2026-11-26
+# this was 100: at 400 hosts the traffic saturated the one CPU the line leaves on a 2-core machine,
+# half of it iperf 2's reporter threads waking every few ms (perf). With iperf's timer slack
+# (buffersizing/traffic.py) and the toolkit's own threads off the line's CPU (topologies/dumbbell.py),
+# 800 flows over 400 hosts left that CPU 29 % idle and the line put 1.0-1.3 % of gaps >10 % off,
+# reference 0.995-1.000 of C, 3 of 3 runs valid (bench/results/shaper-scale/).
+LINE_MAX_HOSTS_PER_CPU = 400
 # Bytes the shaper may send ahead of its rate. HTB's tokens are capped at its burst, so a dequeue
 # that comes late by more than the burst's worth of time loses that capacity for good: with one frame
 # the loaded 2-core VM lost 2 to 18 % of C while the queue stayed full. The HTB default is 2 ms of
@@ -50,15 +57,48 @@ HTB_MAX_BURST_FRAMES = 10
 TBF_BURST = 2 * FRAME_BYTES
 
 
-def resolve_shaper(requested: str, backend: str, hosts: int, cpus: int | None = None) -> str:
-    """The shaper a run of `hosts` sender hosts uses for --shaper requested on the resolved delay
-    backend (see SHAPER_CHOICES)."""
+def shaper_choice(requested: str, backend: str, hosts: int, cpus: int | None = None) -> tuple[str, str]:
+    """(the shaper a run of `hosts` sender hosts uses for --shaper `requested` on the resolved delay
+    backend, why); auto is the line or a refusal (UsageError), never a silent kernel shaper."""
     if requested != "auto":
-        return requested
+        return requested, "asked for (--shaper)"
     if cpus is None:
         cpus = len(os.sched_getaffinity(0))
-    fits = cpus >= 2 and hosts <= LINE_MAX_HOSTS_PER_CPU * (cpus - 1)
-    return "line" if backend == "delayline" and fits else "htb"
+    if backend != "delayline":
+        raise UsageError(
+            "--shaper auto is the line, the delay line's own queue, and this run's delay is netem "
+            "(--delay-backend netem): drop --delay-backend, or give --shaper htb or tbf for a kernel shaper"
+        )
+    if cpus < 2:
+        raise UsageError(
+            f"--shaper auto is the line, which needs a CPU of its own beside the traffic's, and this run may use "
+            f"{cpus} CPU: give --shaper htb or tbf to shape with a kernel qdisc instead (it answers differently: "
+            "HTB's burst makes up idle time a real link has lost, README 'The shaper')"
+        )
+    return "line", "default: the line on every kernel (topologies/config.py, bench/results/shaper-ab.md)"
+
+
+def resolve_shaper(requested: str, backend: str, hosts: int, cpus: int | None = None) -> str:
+    """The shaper of shaper_choice, without the reason."""
+    return shaper_choice(requested, backend, hosts, cpus)[0]
+
+
+def line_capacity_warning(shaper: str, hosts: int, cpus: int | None = None) -> str | None:
+    """A warning, said before the run and kept in its result, when the line is asked to carry more
+    sender hosts than it was measured to keep up with on this many CPUs; None when it fits."""
+    if shaper != "line":
+        return None
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0))
+    if cpus < 2:
+        return "1 CPU: the line spins on it while the queue is busy and the senders wait for it (give it 2 or more)"
+    limit = LINE_MAX_HOSTS_PER_CPU * (cpus - 1)
+    if hosts <= limit:
+        return None
+    return (
+        f"{hosts} sender hosts on {cpus} CPUs: the line was measured to keep up with {limit} here "
+        f"({LINE_MAX_HOSTS_PER_CPU} per CPU beside its own); its pacing fidelity in the result says whether it did"
+    )
 
 
 def default_burst_bytes(shaper: str, rate_mbps: float, pacer: bool = False) -> int:

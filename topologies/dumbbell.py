@@ -68,6 +68,7 @@ class Dumbbell:
         self.hosts: list[Host] = self.plan.hosts
         self.bottleneck: Bottleneck = self.plan.bottleneck
         self.delayline: DelayLine | None = None
+        self._saved_affinity: dict[int, set[int]] = {}  # thread id: its CPUs before _keep_off_cpu
 
     @property
     def buffer_bytes(self) -> int:
@@ -148,11 +149,32 @@ class Dumbbell:
         if iso is None:
             return how
         cpu, mask = iso
+        self._keep_off_cpu(cpu)
         for ns, dev in ((self.switch_ns, self.plan.bottleneck_dev), (self.receiver_ns, self.receiver_dev)):
             # sysfs shows a namespace's devices only when mounted inside it, which `ip netns exec` does.
             path = f"/sys/class/net/{dev}/queues/rx-0/rps_cpus"
             run(["ip", "netns", "exec", ns, "tee", path], input=f"{mask:x}\n")
         return how | {"cpu": cpu}
+
+    def _keep_off_cpu(self, cpu: int) -> None:
+        """Move this process's threads, and so every program it starts from now on (the senders'
+        iperf, the monitors), off the line's CPU: at 400 sender hosts their work on that CPU delayed
+        the line's departures (issue 29; bench/results/line-400.md). Undone by stop()."""
+        others = os.sched_getaffinity(0) - {cpu}
+        for tid in map(int, os.listdir("/proc/self/task")):
+            try:
+                self._saved_affinity.setdefault(tid, os.sched_getaffinity(tid))
+                os.sched_setaffinity(tid, others)
+            except OSError:  # a thread that ended meanwhile
+                pass
+
+    def _restore_affinity(self) -> None:
+        for tid, cpus in self._saved_affinity.items():
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except OSError:
+                pass
+        self._saved_affinity.clear()
 
     def _configure_qdiscs(self) -> None:
         run_parallel(self.plan.qdiscs())
@@ -165,7 +187,10 @@ class Dumbbell:
                 if self.delayline is not None:
                     self.delayline.stop()
             finally:
-                removed = teardown(self.state)
+                try:
+                    removed = teardown(self.state)
+                finally:
+                    self._restore_affinity()
         return removed
 
     def _wait_bridge_forwarding(self, timeout: float = 15.0) -> None:

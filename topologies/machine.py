@@ -100,14 +100,23 @@ class Capabilities:
         return asdict(self)
 
 
-def resolve_backend(requested: str, qdiscs: dict[str, bool], delayline_built: bool) -> str:
-    """auto: netem where the kernel has it (no userspace hop), else the delay line."""
+def resolve_backend(requested: str, qdiscs: dict[str, bool], delayline_built: bool, shaper: str = "auto") -> str:
+    """auto: the delay line for the line shaper (auto or line: it lives in the delay line, which then
+    carries the delay too, on every kernel: topologies/config.py says why); for htb and tbf, netem
+    where the kernel has it (no userspace hop), else the delay line."""
     if requested == "netem" and not qdiscs.get("netem"):
         raise MachineError("--delay-backend netem: this kernel has no sch_netem (use delayline or auto)")
     if requested == "delayline" and not delayline_built:
         raise MachineError(f"--delay-backend delayline: {HELPER} is not built (run ./setup.sh)")
     if requested != "auto":
         return requested
+    if shaper in ("auto", "line"):
+        if delayline_built:
+            return "delayline"
+        raise MachineError(
+            f"the default shaper, the line, runs in the delay line and {HELPER} is not built: run ./setup.sh "
+            "(or give --shaper htb or tbf for a kernel shaper)"
+        )
     if qdiscs.get("netem"):
         return "netem"
     if delayline_built:
@@ -116,11 +125,8 @@ def resolve_backend(requested: str, qdiscs: dict[str, bool], delayline_built: bo
 
 
 def delay_backend(requested: str, shaper: str = "auto") -> str:
-    """The backend a run will use on this machine for `--delay-backend requested`; the line shaper
-    lives in the delay line, so asking for it makes auto the delay line."""
-    if requested == "auto" and shaper == "line":
-        requested = "delayline"
-    return resolve_backend(requested, qdisc_support(), HELPER.exists())
+    """The backend a run will use on this machine for `--delay-backend requested` and `--shaper shaper`."""
+    return resolve_backend(requested, qdisc_support(), HELPER.exists(), shaper)
 
 
 def probe() -> Capabilities:
@@ -190,7 +196,7 @@ def format_report(c: Capabilities) -> str:
         f"iperf:                {c.iperf or 'missing'}",
         f"iperf3:               {c.iperf3 or 'missing'}",
         f"delay line helper:    {'built' if c.delayline_built else 'not built'}",
-        f"delay backend (auto): {c.delay_backend or 'none'}",
+        f"delay backend (auto): {c.delay_backend or 'none'} (with the default shaper, the line)",
         f"scratch files:        {c.scratch_dir} ({c.scratch_fs or 'unknown'})",
     ]
     lines += [f"note: {n}" for n in c.notes]
