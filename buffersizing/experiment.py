@@ -99,7 +99,7 @@ class Experiment:
         # How the shaper was chosen, kept in the result; a warning is said before the run starts.
         used, why = shaper_choice(cfg.shaper, backend, cfg.hosts)
         self.shaper_choice = {"requested": cfg.shaper, "used": used, "why": why,
-                              "warning": line_capacity_warning(used, cfg.hosts)}  # fmt: skip
+                              "warning": line_capacity_warning(used, cfg.hosts, rate_mbps=cfg.rate_mbps)}  # fmt: skip
         self.say: Say = say or stderr_say
         self.require_recorder = require_recorder
         self.net: Dumbbell | None = None

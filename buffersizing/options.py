@@ -119,7 +119,8 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--allow-mixed-shapers",
         action="store_true",
-        help="resume a sweep whose finished points used another shaper than this machine would use now",
+        help="resume a sweep whose finished points used another shaper than this machine would use now"
+        " (a local sweep; bufsize remote pins one shaper for every machine)",
     )
     add_search_args(p)
     p.set_defaults(samples=None, resolution=None, max_samples=None)

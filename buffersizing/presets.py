@@ -79,7 +79,7 @@ def preset_methods(qdiscs: dict[str, bool], delayline_built: bool, cpus: int | N
             "most_hosts": hosts,
             "why": "pinned by the preset: the shaper its committed results were measured with"
             + ("; the delay line carries the delay too, although this kernel has netem" if qdiscs.get("netem") else ""),
-            "warning": line_capacity_warning(shaper, hosts, cpus),
+            "warning": line_capacity_warning(shaper, hosts, cpus, rate_mbps=p["rate_mbps"]),
         }
     return methods
 

@@ -8,6 +8,7 @@ from buffersizing.options import buffer_from_args
 from topologies import FRAME_BYTES
 from topologies.config import (
     LINE_MAX_HOSTS_PER_CPU,
+    LINE_MAX_RATE_MBPS_PER_CPU,
     DumbbellConfig,
     line_capacity_warning,
     parse_rtts,
@@ -141,6 +142,10 @@ def test_auto_says_why_and_warns_beyond_the_measured_envelope():
     assert warning is not None and f"{LINE_MAX_HOSTS_PER_CPU + 1} sender hosts" in warning
     assert line_capacity_warning("line", 3 * LINE_MAX_HOSTS_PER_CPU, cpus=4) is None
     assert line_capacity_warning("htb", 400, cpus=2) is None
+    assert line_capacity_warning("line", 400, cpus=2, rate_mbps=LINE_MAX_RATE_MBPS_PER_CPU) is None
+    fast = line_capacity_warning("line", 20, cpus=2, rate_mbps=1000)
+    assert fast is not None and "1000 Mb/s" in fast and "hosts (" not in fast
+    assert line_capacity_warning("line", 20, cpus=8, rate_mbps=1000) is None
 
 
 def test_for_backend_resolves_and_refuses_the_line_under_netem(monkeypatch):
@@ -175,3 +180,23 @@ def test_a_sweep_pins_auto_to_the_line_and_names_one_shaper():
     for name in ("quick", "full", "theory"):
         assert make_spec(name, None, {}, {}).shaper == "line"
         assert make_spec(name, None, {"shaper": "htb"}, {}).shaper == "htb"  # the user's explicit choice
+
+
+def test_a_sweep_made_before_the_pin_resumes_and_another_shaper_is_refused(tmp_path):
+    import json
+
+    from buffersizing.sweep import check_same_shaper, existing_manifest, make_spec
+
+    spec = make_spec(None, [2, 10], {}, {})
+    old = spec.to_dict() | {"shaper": "auto"}  # written before sweeps pinned auto
+    (tmp_path / "manifest.json").write_text(json.dumps({"spec": old, "machine": {"shaper": "line"}}))
+    manifest = existing_manifest(tmp_path, spec)
+    assert manifest is not None
+    check_same_shaper(manifest, "line", allow_mixed=False)
+    (tmp_path / "manifest.json").write_text(json.dumps({"spec": old, "machine": {"shaper": "htb"}}))
+    with pytest.raises(UsageError, match="different settings"):
+        existing_manifest(tmp_path, spec)  # auto then ran HTB: not the same sweep
+    mixed = {"machine": {"shaper": "auto: line for N=2; htb for N=800"}}
+    with pytest.raises(UsageError, match="--allow-mixed-shapers"):
+        check_same_shaper(mixed, "line", allow_mixed=False)
+    check_same_shaper(mixed, "line", allow_mixed=True)

@@ -42,6 +42,10 @@ SHAPER_CHOICES = ("auto", *SHAPERS)
 # 800 flows over 400 hosts left that CPU 29 % idle and the line put 1.0-1.3 % of gaps >10 % off,
 # reference 0.995-1.000 of C, 3 of 3 runs valid (bench/results/shaper-scale/).
 LINE_MAX_HOSTS_PER_CPU = 400
+# The same for the rate: with one CPU for the traffic, 200 flows kept 0.99-1.00 of C at 155 and
+# 200 Mb/s on the line, while at 1 Gb/s that CPU saturated and the link carried 0.96-0.97 of C
+# (TCP with offloads off costs about a core per Gb/s here; bench/results/shaper-scale/, docs/scaling.md).
+LINE_MAX_RATE_MBPS_PER_CPU = 200.0
 # Bytes the shaper may send ahead of its rate. HTB's tokens are capped at its burst, so a dequeue
 # that comes late by more than the burst's worth of time loses that capacity for good: with one frame
 # the loaded 2-core VM lost 2 to 18 % of C while the queue stayed full. The HTB default is 2 ms of
@@ -83,21 +87,28 @@ def resolve_shaper(requested: str, backend: str, hosts: int, cpus: int | None = 
     return shaper_choice(requested, backend, hosts, cpus)[0]
 
 
-def line_capacity_warning(shaper: str, hosts: int, cpus: int | None = None) -> str | None:
+def line_capacity_warning(shaper: str, hosts: int, cpus: int | None = None, rate_mbps: float = 0.0) -> str | None:
     """A warning, said before the run and kept in its result, when the line is asked to carry more
-    sender hosts than it was measured to keep up with on this many CPUs; None when it fits."""
+    sender hosts or a higher rate than it was measured to keep up with on this many CPUs; None when
+    it fits."""
     if shaper != "line":
         return None
     if cpus is None:
         cpus = len(os.sched_getaffinity(0))
     if cpus < 2:
         return "1 CPU: the line spins on it while the queue is busy and the senders wait for it (give it 2 or more)"
-    limit = LINE_MAX_HOSTS_PER_CPU * (cpus - 1)
-    if hosts <= limit:
+    spare = cpus - 1
+    over = []
+    if hosts > LINE_MAX_HOSTS_PER_CPU * spare:
+        over.append(f"{hosts} sender hosts (measured: {LINE_MAX_HOSTS_PER_CPU * spare})")
+    if rate_mbps > LINE_MAX_RATE_MBPS_PER_CPU * spare:
+        over.append(f"{rate_mbps:g} Mb/s (measured: {LINE_MAX_RATE_MBPS_PER_CPU * spare:g})")
+    if not over:
         return None
     return (
-        f"{hosts} sender hosts on {cpus} CPUs: the line was measured to keep up with {limit} here "
-        f"({LINE_MAX_HOSTS_PER_CPU} per CPU beside its own); its pacing fidelity in the result says whether it did"
+        f"{' and '.join(over)} on {cpus} CPUs, beyond what the line was measured to keep up with here "
+        f"({LINE_MAX_HOSTS_PER_CPU} hosts and {LINE_MAX_RATE_MBPS_PER_CPU:g} Mb/s per CPU beside its own; "
+        "docs/scaling.md): the result's reference rate and pacing fidelity say whether it did"
     )
 
 
