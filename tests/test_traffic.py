@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
 
@@ -85,3 +86,27 @@ def test_a_flow_that_dies_is_reported(no_leftovers):
         flows.clients[0].wait()
         with pytest.raises(RunError, match="exited"):
             flows.check()
+
+
+@pytest.mark.integration
+def test_timer_slack_reaches_every_thread_of_a_running_process(root):
+    """iperf 2's threads get their slack after start-up (LongFlows.start); each thread has its own."""
+    import subprocess
+    import sys
+
+    from topologies.proc import set_timer_slack
+
+    code = "import threading, time\n"
+    code += "for _ in range(3): threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+    code += "print('up', flush=True); time.sleep(30)"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
+        tids = os.listdir(f"/proc/{proc.pid}/task")
+        assert len(tids) == 4
+        assert set_timer_slack(proc.pid, 50_000_000) == 4
+        assert {open(f"/proc/{t}/timerslack_ns").read().strip() for t in tids} == {"50000000"}
+    finally:
+        proc.kill()
+        proc.wait()
+    assert set_timer_slack(proc.pid, 1) == 0  # gone: nothing to change, no error

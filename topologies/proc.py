@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 from topologies.errors import RunError
 
 PR_SET_PDEATHSIG = 1
-PR_SET_TIMERSLACK = 29
 _libc = ctypes.CDLL(None, use_errno=True)  # resolved before any fork: the child only calls it
 _prctl = _libc.prctl
 
@@ -34,30 +33,45 @@ def run(
     return res
 
 
-def die_with_parent(sig: int = signal.SIGKILL, timer_slack_ns: int | None = None) -> Callable[[], None]:
+def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None]:
     """A preexec_fn: the child gets `sig` when the thread that started it dies (PR_SET_PDEATHSIG).
 
     So a `kill -9` of bufsize does not leave `iperf -t 86400` or the real-time spinning delay line
     running. The setting survives nsenter's execve and the program's (neither is setuid). It
     follows the *thread* that forked, so long-lived processes must be started from the main thread.
-    timer_slack_ns: how late the child's timed sleeps may end (PR_SET_TIMERSLACK, inherited by its
-    threads and kept across execve), so the kernel can batch the wake-ups of programs that poll.
     """
     parent = os.getpid()
 
     def preexec() -> None:
         _prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
-        if timer_slack_ns is not None:
-            _prctl(PR_SET_TIMERSLACK, timer_slack_ns, 0, 0, 0)
         if os.getppid() != parent:  # the parent died before prctl took effect
             os._exit(1)
 
     return preexec
 
 
-def popen_dying_with_parent(argv: Sequence[str], timer_slack_ns: int | None = None, **kw) -> subprocess.Popen:
+def popen_dying_with_parent(argv: Sequence[str], **kw) -> subprocess.Popen:
     """subprocess.Popen(argv) whose process is killed if this process dies (see die_with_parent)."""
-    return subprocess.Popen(list(argv), preexec_fn=die_with_parent(timer_slack_ns=timer_slack_ns), **kw)
+    return subprocess.Popen(list(argv), preexec_fn=die_with_parent(), **kw)
+
+
+def set_timer_slack(pid: int, slack_ns: int) -> int:
+    """Let every thread of a running process end its timed sleeps up to slack_ns late (each thread's
+    /proc/TID/timerslack_ns, root only), so the kernel can batch the wake-ups of a program that polls.
+    Returns the threads changed; a process or thread that has ended is skipped."""
+    changed = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{tid}/timerslack_ns", "w") as f:
+                f.write(str(slack_ns))
+            changed += 1
+        except OSError:
+            pass
+    return changed
 
 
 def describe_exit(returncode: int | None) -> str:
