@@ -75,7 +75,7 @@ def test_mn_custom_dumbbell_behind_mininets_default_open_vswitch(ovs):
 
 def test_adapter_over_a_netem_dumbbell(no_leftovers):
     def view_ping(rtt: float) -> float:
-        cfg = DumbbellConfig(hosts=2, rtt_ms=[rtt, rtt], rate_mbps=5.0)
+        cfg = DumbbellConfig(hosts=2, rtt_ms=[rtt, rtt], rate_mbps=5.0, shaper="htb")  # netem: a kernel shaper
         with Dumbbell(cfg, "netem") as net, make_view(net) as view:
             assert "netem" in view.get("h1").cmd(f"tc qdisc show dev {net.hosts[0].dev}") or rtt == 0
             return min_rtt(view.get("h1").cmd(f"ping -n -c 5 -i 0.2 {net.receiver_ip}"))
