@@ -146,9 +146,11 @@ class LongFlows:
         self.what[self.servers[-1].pid] = "the iperf server"
         self._wait_listening(self.ports)
         # All clients write their first byte at this wall-clock time, which should fall after every
-        # connection is up: a few RTTs plus process start-up per flow (800 flows: about 10 s).
+        # connection is up: a few RTTs plus process start-up per flow and per client process (800
+        # flows over 400 hosts: 5-10 s; 200 flows over 200 hosts took 2.3-4.4 s, past the 3.35 s
+        # that 10 ms a flow allowed in 2 of 3 searches, results/hosts/2026-11-26-h400/).
         max_rtt = max(h.rtt_ms for h in net.hosts) / 1000
-        start_at = time.time() + 1.0 + 4 * max_rtt + 0.01 * self.flows
+        start_at = time.time() + 1.0 + 4 * max_rtt + 0.01 * self.flows + 0.01 * len(net.hosts)
         for h, k in zip(net.hosts, self.per_host, strict=True):
             if k == 0:
                 continue
