@@ -23,24 +23,27 @@ from htb_burst_ab import ab_main, med_range  # noqa: E402
 SHAPERS = ["htb", "line"]
 
 
-def report(rows: list[dict]) -> str:
-    lines = [
-        "| config | shaper | runs | gt10 | gt25 | mean rate / C | reference / C | slowest 1 s | CPU idle | valid |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
+def report(rows: list[dict], shapers: list[str] = SHAPERS) -> str:
+    """Median [range] per config and shaper; with a lag column where the rows have the service-curve
+    lag (bench/shaper_scale.py's rows do)."""
+    lag = any(r.get("lag_p99") is not None for r in rows)
+    head = ["config", "shaper", "runs", "gt10", "gt25", *(["lag p99 (frames)"] if lag else []), "mean rate / C",
+            "reference / C", "slowest 1 s", "CPU idle", "valid"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for name in dict.fromkeys(r["config"] for r in rows):
-        for shaper in SHAPERS:
+        for shaper in shapers:
             rs = [r for r in rows if r["config"] == name and r["shaper"] == shaper and "error" not in r]
             if not rs:
                 continue
             c = rs[0]["mean_mbps"] / rs[0]["mean_over_c"]
             cells = [
-                med_range([r["gt10"] for r in rs]),
-                med_range([r["gt25"] for r in rs]),
+                med_range([r["gt10"] for r in rs if r["gt10"] is not None]),
+                med_range([r["gt25"] for r in rs if r["gt25"] is not None]),
+                *([med_range([r["lag_p99"] for r in rs if r.get("lag_p99") is not None], "{:.1f}")] if lag else []),
                 med_range([r["mean_over_c"] for r in rs]),
-                med_range([r["ref"] / c for r in rs]),
+                med_range([r["ref"] / c for r in rs if r["ref"]]),
                 med_range([r["min_sec"] for r in rs], "{:.1f}"),
-                med_range([r["idle"] for r in rs], "{:.2f}"),
+                med_range([r["idle"] for r in rs if r["idle"] is not None], "{:.2f}"),
                 f"{sum(bool(r['valid']) for r in rs)}/{len(rs)}",
             ]
             lines.append(f"| {name} | {shaper} | {len(rs)} | " + " | ".join(cells) + " |")

@@ -8,7 +8,7 @@ gt10 / gt25: busy departure gaps more than 10 / 25 % off the ideal frame time; l
 departures fell behind the ideal service curve of a busy link, in frames (monitors/fidelity.py).
 
     flock /tmp/bsz-bench.lock .venv/bin/python bench/shaper_scale.py --runs 3 --configs n800h400
-    .venv/bin/python bench/shaper_scale.py --report
+    .venv/bin/python bench/shaper_scale.py --report --out bench/results/shaper-scale/rates.jsonl
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from htb_burst_ab import CONFIGS, ab_main, med_range  # noqa: E402
+from htb_burst_ab import CONFIGS, ab_main  # noqa: E402
+from shaper_ab import report as ab_report  # noqa: E402
 
 SHAPERS = ["line", "htb"]
 SCALE_CONFIGS = {
@@ -59,42 +60,16 @@ SCALE_CONFIGS = {
 CONFIGS.update(SCALE_CONFIGS)
 
 
-def report(rows: list[dict]) -> str:
-    lines = [
-        "| config | shaper | runs | gt10 | gt25 | lag p99 (frames) | mean rate / C | reference / C | CPU idle "
-        "| valid |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for name in dict.fromkeys(r["config"] for r in rows):
-        for shaper in SHAPERS:
-            rs = [r for r in rows if r["config"] == name and r["shaper"] == shaper and "error" not in r]
-            errors = sum(1 for r in rows if r["config"] == name and r["shaper"] == shaper and "error" in r)
-            if not rs:
-                continue
-            c = rs[0]["mean_mbps"] / rs[0]["mean_over_c"]
-            cells = [
-                med_range([r["gt10"] for r in rs if r["gt10"] is not None]),
-                med_range([r["gt25"] for r in rs if r["gt25"] is not None]),
-                med_range([r["lag_p99"] for r in rs if r.get("lag_p99") is not None], "{:.1f}"),
-                med_range([r["mean_over_c"] for r in rs]),
-                med_range([r["ref"] / c for r in rs if r["ref"]]),
-                med_range([r["idle"] for r in rs if r["idle"] is not None], "{:.2f}"),
-                f"{sum(r['valid'] for r in rs)}/{len(rs)}" + (f" ({errors} failed)" if errors else ""),
-            ]
-            lines.append(f"| {name} | {shaper} | {len(rs)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def main() -> int:
     return ab_main(
         __doc__,
         {s: ["--shaper", s] for s in SHAPERS},
         "shaper",
-        report,
+        lambda rows: ab_report(rows, SHAPERS),
         runs=3,
         duration=20,
         configs="n800h400",
-        out="bench/results/shaper-scale.jsonl",
+        out="bench/results/shaper-scale/n800h400.jsonl",
     )
 
 
