@@ -97,7 +97,7 @@ class Experiment:
         # The shaper resolved for the backend, so results name the one that ran, not auto.
         self.cfg, self.backend, self.kind, self.out = cfg.for_backend(backend), backend, kind, out
         # How the shaper was chosen, kept in the result; a warning is said before the run starts.
-        used, why = shaper_choice(cfg.shaper, backend, cfg.hosts)
+        used, why = shaper_choice(cfg.shaper, backend)
         self.shaper_choice = {"requested": cfg.shaper, "used": used, "why": why,
                               "warning": line_capacity_warning(used, cfg.hosts, rate_mbps=cfg.rate_mbps)}  # fmt: skip
         self.say: Say = say or stderr_say

@@ -68,7 +68,7 @@ def preset_methods(qdiscs: dict[str, bool], delayline_built: bool, cpus: int | N
         hosts = min(max(p["flows"]), p["max_hosts"])
         try:
             backend = resolve_backend("auto", qdiscs, delayline_built, p["shaper"])
-            shaper, _ = shaper_choice(p["shaper"], backend, hosts, cpus)
+            shaper, _ = shaper_choice(p["shaper"], backend, cpus)
         except (MachineError, UsageError) as e:
             methods[name] = {"runs": False, "why": str(e)}
             continue

@@ -129,8 +129,9 @@ def make_spec(preset_name: str | None, flows: list[int] | None, overrides: dict,
         rate_mbps=pick("rate_mbps", 62.5),
         rtt_ms=pick("rtt_ms", "87"),
         cc=pick("cc", "reno"),
-        shaper=pinned_shaper(pick("shaper", "auto"), pick("delay_backend", "auto")),
-        **{k: overrides.get(k, v) for k, v in LINK_DEFAULTS.items() if k not in ("shaper",)},
+        # A preset names its shaper; the other link settings come from the command line or defaults.
+        shaper=pinned_shaper(pick("shaper", LINK_DEFAULTS["shaper"]), overrides.get("delay_backend", "auto")),
+        **{k: overrides.get(k, v) for k, v in LINK_DEFAULTS.items() if k != "shaper"},
         pacer=overrides.get("pacer", "on" if PACER_DEFAULT else "off") == "on",
         search=search_opts,
         preset=preset_name,
@@ -142,10 +143,9 @@ def make_spec(preset_name: str | None, flows: list[int] | None, overrides: dict,
 def pinned_shaper(shaper: str, delay_backend: str) -> str:
     """A sweep names the shaper it runs in its spec, so that resuming it, or running its points on other
     machines (bufsize remote), uses the same method: auto is pinned to the line it stands for."""
-    if shaper != "auto":
-        return shaper
-    resolve_shaper(shaper, "netem" if delay_backend == "netem" else "delayline", 1, cpus=2)  # refuses netem
-    return "line"
+    if shaper == "auto" and delay_backend == "netem":
+        resolve_shaper(shaper, delay_backend)  # refuses, with the reason: the line needs the delay line
+    return "line" if shaper == "auto" else shaper
 
 
 def spec_from_args(a: argparse.Namespace) -> SweepSpec:
@@ -196,12 +196,8 @@ def finished(out: Path, flows: int, run: int) -> bool:
 
 
 def sweep_shapers(spec: SweepSpec, backend: str) -> str:
-    """The shaper the sweep's points use: one name, or which N get which (auto depends on the hosts)."""
-    by_n = {n: resolve_shaper(spec.shaper, backend, spec.config(n).hosts) for n in spec.flows}
-    if len(set(by_n.values())) == 1:
-        return next(iter(by_n.values()))
-    parts = [f"{s} for N={','.join(str(n) for n in by_n if by_n[n] == s)}" for s in dict.fromkeys(by_n.values())]
-    return f"{spec.shaper}: " + "; ".join(parts)
+    """The shaper every point of the sweep uses (one: the spec names it, auto pinned to the line)."""
+    return resolve_shaper(spec.shaper, backend)
 
 
 def existing_manifest(out: Path, spec: SweepSpec) -> dict | None:

@@ -30,7 +30,7 @@ FOREVER_S = 24 * 3600
 QUIET = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
 # iperf 2's reporter thread polls: when it has little to report it sleeps a few ms and looks again,
 # in every client process and the server. At 400 sender hosts those wake-ups (and their context
-# switches) took about half of the traffic CPU (perf, 800 flows, bench/results/line-400.md), and on
+# switches) took about half of the traffic CPU (perf, 800 flows, bench/results/shaper-scale.md), and on
 # 2 cores the line leaves one CPU for all of it. A timer slack lets each sleep end up to this much
 # later, so the kernel wakes them far less often; nothing iperf measures for us is timed by a sleep
 # (the bytes are counted at the bottleneck). It is set once every flow is up (LongFlows.start).

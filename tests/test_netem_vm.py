@@ -283,7 +283,7 @@ def test_auto_picks_the_line_in_the_delay_line_on_the_stock_kernel(show):
     assert caps.delayline_built, f"{HELPER} is not built on the host (./setup.sh)"
     assert caps.delay_backend == "delayline"
     assert resolve_backend("auto", caps.qdiscs, caps.delayline_built, "auto") == "delayline"
-    assert resolve_shaper("auto", "delayline", 2) == "line"
+    assert resolve_shaper("auto", "delayline") == "line"
     assert resolve_backend("auto", caps.qdiscs, caps.delayline_built, "htb") == "netem"
     # Both backends can be forced here, which the comparison below relies on.
     assert resolve_backend("netem", caps.qdiscs, caps.delayline_built, "htb") == "netem"

@@ -31,7 +31,7 @@ def test_short_search_result_is_consistent_with_its_probes(no_leftovers, tmp_pat
     r = json.loads(res.stdout)
     assert r == json.loads((out / "result.json").read_text())
     assert res.returncode == (0 if r["valid"] else 3)
-    assert_manifest(out, r, resolve_shaper("auto", "delayline", 2))
+    assert_manifest(out, r, resolve_shaper("auto", "delayline"))
     answer = r["buffer_packets"]
     assert r["buffer_bytes"] == answer * FRAME_BYTES
     assert 1 <= answer <= r["calibration_buffer_packets"]

@@ -61,9 +61,10 @@ HTB_MAX_BURST_FRAMES = 10
 TBF_BURST = 2 * FRAME_BYTES
 
 
-def shaper_choice(requested: str, backend: str, hosts: int, cpus: int | None = None) -> tuple[str, str]:
-    """(the shaper a run of `hosts` sender hosts uses for --shaper `requested` on the resolved delay
-    backend, why); auto is the line or a refusal (UsageError), never a silent kernel shaper."""
+def shaper_choice(requested: str, backend: str, cpus: int | None = None) -> tuple[str, str]:
+    """(the shaper a run uses for --shaper `requested` on the resolved delay backend, why); auto is the
+    line or a refusal (UsageError), never a silent kernel shaper. How many hosts and how fast a link
+    the line was measured to keep up with is line_capacity_warning's business: a warning, not a switch."""
     if requested != "auto":
         return requested, "asked for (--shaper)"
     if cpus is None:
@@ -82,9 +83,9 @@ def shaper_choice(requested: str, backend: str, hosts: int, cpus: int | None = N
     return "line", "default: the line on every kernel (topologies/config.py, bench/results/shaper-ab.md)"
 
 
-def resolve_shaper(requested: str, backend: str, hosts: int, cpus: int | None = None) -> str:
+def resolve_shaper(requested: str, backend: str, cpus: int | None = None) -> str:
     """The shaper of shaper_choice, without the reason."""
-    return shaper_choice(requested, backend, hosts, cpus)[0]
+    return shaper_choice(requested, backend, cpus)[0]
 
 
 def line_capacity_warning(shaper: str, hosts: int, cpus: int | None = None, rate_mbps: float = 0.0) -> str | None:
@@ -200,7 +201,7 @@ class DumbbellConfig:
 
     def for_backend(self, backend: str) -> DumbbellConfig:
         """This config with the shaper resolved for the delay backend the run uses (netem or delayline)."""
-        cfg = replace(self, shaper=resolve_shaper(self.shaper, backend, self.hosts))
+        cfg = replace(self, shaper=resolve_shaper(self.shaper, backend))
         if cfg.shaper == "line":
             if backend != "delayline":
                 raise UsageError(

@@ -159,7 +159,7 @@ class Dumbbell:
     def _keep_off_cpu(self, cpu: int) -> None:
         """Move this process's threads, and so every program it starts from now on (the senders'
         iperf, the monitors), off the line's CPU: at 400 sender hosts their work on that CPU delayed
-        the line's departures (issue 29; bench/results/line-400.md). Undone by stop()."""
+        the line's departures (issue 29; bench/results/shaper-scale.md). Undone by stop()."""
         others = os.sched_getaffinity(0) - {cpu}
         for tid in map(int, os.listdir("/proc/self/task")):
             try:
