@@ -1,7 +1,7 @@
 """SSH for `bufsize remote`, through Fabric 3: key-based login to a pinned host key, and remote
 commands built from argument lists.
 
-Security choices (README "Running on cloud VMs"):
+Security choices (docs/cloud.md, "Security"):
 - Host keys are pinned: only the known_hosts file the user names is loaded, and paramiko's policy
   for a host not in it is RejectPolicy (Fabric's own default is AutoAddPolicy, which trusts any
   key on first sight; it is replaced on every connection, and nothing is ever saved back).

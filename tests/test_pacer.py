@@ -93,7 +93,7 @@ def test_paced_departures_keep_the_configured_rate_and_kicks_never_leave(no_left
     assert 0.5 * RATE_MBPS < rate <= 1.01 * RATE_MBPS, rate
     # One-sided on purpose: the paced link has been seen to fall short of C (19.75 of 20 Mb/s here in a
     # quiet CI rehearsal; ~37 of 62.5 in a long search), the open defect that keeps the pacer off by
-    # default (README "The shaper"); what must never happen is running faster than the shaper.
+    # default (docs/network.md, the pacer); what must never happen is running faster than the shaper.
     assert fid["available"] and fid["rate_from_gaps_mbps"] <= 1.01 * RATE_MBPS, fid
     assert abs(fid["median_gap_us"] - fid["ideal_us"]) <= 0.02 * fid["ideal_us"], fid
     # Thousands of kicks, yet every frame the device sent came out of the buffer, was read by the

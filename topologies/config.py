@@ -78,7 +78,7 @@ def shaper_choice(requested: str, backend: str, cpus: int | None = None) -> tupl
         raise UsageError(
             f"--shaper auto is the line, which needs a CPU of its own beside the traffic's, and this run may use "
             f"{cpus} CPU: give --shaper htb or tbf to shape with a kernel qdisc instead (it answers differently: "
-            "HTB's burst makes up idle time a real link has lost, README 'The shaper')"
+            "HTB's burst makes up idle time a real link has lost: docs/network.md, the shaper)"
         )
     return "line", "default: the line on every kernel (topologies/config.py, bench/results/shaper-ab.md)"
 
@@ -131,8 +131,8 @@ DELAY_BACKENDS = ("auto", "netem", "delayline")
 # The delay line's pacer (topologies/delay.py): it kicks HTB when each frame is due instead of
 # leaving every release to HTB's late, jittery watchdog timer. Only with HTB and the delay line.
 # Interleaved 15 s `bufsize measure` runs (62.5 Mb/s, cubic) put 7.7 % of gaps >10 % off with it
-# against 18.9 % without at 200 flows, 11.8 % against 20.1 % at 800 flows over 400 hosts (README
-# "The shaper", bench/results/pacing.md). But in a 150 s quick-preset search at N=10 with it on,
+# against 18.9 % without at 200 flows, 11.8 % against 20.1 % at 800 flows over 400 hosts
+# (docs/network.md, the shaper; bench/results/pacing.md). But in a 150 s quick-preset search at N=10 with it on,
 # the bottleneck's rate sank from 62 to about 37 Mb/s while its queue stayed full (the same search
 # with it off held the rate), so it is off by default until that is understood: `--pacer on`.
 PACER_DEFAULT = False

@@ -31,8 +31,8 @@ STATE_DIR = Path(os.environ.get("BUFSIZE_STATE_DIR", "/run/bufsize"))
 # status page) are written inside the delay line's real-time loop. On a disk file system that can
 # block: on this machine /run is on the root ext4, and there an open+write+rename of the stats took
 # up to 415 ms while a sweep wrote its results; the line stalled that long with a full queue
-# (README "The shaper", bench/results/line-stalls/). So they live on tmpfs: in STATE_DIR where it
-# is tmpfs (as /run is on most systems), else here.
+# (docs/network.md, the stalls behind the disk; bench/results/line-stalls/). So they live on tmpfs:
+# in STATE_DIR where it is tmpfs (as /run is on most systems), else here.
 SHM_SCRATCH = Path("/dev/shm/bufsize")
 GLOBAL_SYSCTLS = "global-sysctls.json"
 _SAVE_LOCK = threading.Lock()
