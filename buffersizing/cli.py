@@ -18,7 +18,7 @@ from buffersizing.experiment import Say, stderr_say
 from buffersizing.measure import MeasureOptions
 from buffersizing.options import add_flows_arg, add_link_args, add_measure_args, add_result_args, add_search_args
 from buffersizing.resultdir import check_out_dir
-from topologies.cleanup import what_remains_message
+from topologies.cleanup import release_deferred_signals, what_remains_message
 from topologies.config import DumbbellConfig
 from topologies.errors import MachineError, RunError, UsageError
 from topologies.machine import delay_backend, require_root
@@ -268,7 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     # Background jobs start with SIGINT ignored; Ctrl-C (kill -INT) must still stop and tear down a run.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        return args.func(args)
+        try:
+            return args.func(args)
+        finally:
+            release_deferred_signals()  # a signal noted for a result that was then not saved
     except (UsageError, MachineError, RunError, OSError) as e:  # OSError: a system call outside the checks
         print(f"bufsize {args.cmd}: {' '.join(str(e).split()) or type(e).__name__}", file=sys.stderr)
         return getattr(e, "exit_status", 1)

@@ -15,6 +15,7 @@ recorded so far and an error.json are written before the exception goes on.
 from __future__ import annotations
 
 import math
+import signal
 import sys
 import time
 import traceback
@@ -31,12 +32,14 @@ from monitors.fidelity import MIN_BUSY_GAPS, FidelityMonitor
 from monitors.plots import plot_run, write_fidelity_csv
 from monitors.recorder import Recorder, Recording, summary, write_csvs
 from topologies import FRAME_BYTES
-from topologies.cleanup import find_leftovers
+from topologies.cleanup import SignalsDeferred, find_leftovers
 from topologies.config import MAX_RATE_MBPS, DumbbellConfig, line_capacity_warning, shaper_choice
 from topologies.description import pacing_applies
 from topologies.dumbbell import Dumbbell
 from topologies.errors import RunError, UsageError
+from topologies.ledger import live_runs
 from topologies.proc import sleep_checked
+from topologies.safefiles import make_dirs
 
 GOOD_REFERENCE = 0.97  # of the nominal rate: below this the result is flagged
 MAX_FIDELITY_GT10 = 0.10  # fraction of gaps >10 % off ideal above which pacing is flagged (2012: 6-8 %)
@@ -117,6 +120,8 @@ class Experiment:
         self.leftovers: list[str] = []  # what dead runs left on the machine when this one began
         self.checks: list[Callable[[], None]] = []  # the experiment's own health checks (its processes)
         self.t_wall = time.monotonic()
+        self.other_runs_live: list[str] = []  # run ids of other toolkit runs seen live during this one
+        self.deferred: SignalsDeferred | None = None  # signals held from the teardown to the saved result
 
     # ---- life cycle --------------------------------------------------------------------------
 
@@ -126,6 +131,7 @@ class Experiment:
             self.say(f"  warning: {self.shaper_choice['warning']}")
         self.check_leftovers()
         self.net = Dumbbell(self.cfg, self.backend).__enter__()
+        self.note_other_runs()
         try:
             self.drop_monitor = DropMonitor(self.net).start()
         except BaseException:
@@ -136,8 +142,13 @@ class Experiment:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         net = self.net
         assert net is not None
-        # Nested so that an exception in one step (or a second Ctrl-C, which arrives between
-        # steps) still lets the later ones run: the teardown always, the error record if failing.
+        # From here until the result is saved (finish(), or error.json below), Ctrl-C and SIGTERM
+        # are noted and delivered after it: the work is done, and its result must not be lost to a
+        # signal that arrives during the teardown.
+        self.deferred = SignalsDeferred()
+        self.note_other_runs()
+        # Nested so that an exception in one step still lets the later ones run: the teardown
+        # always, the error record if failing.
         try:
             try:
                 if self.flows is not None and exc is None:
@@ -157,8 +168,23 @@ class Experiment:
             try:
                 net.stop()
             finally:
-                if exc is not None and self.out is not None:
-                    self.save_failure(exc)
+                if exc is not None:
+                    try:
+                        if self.out is not None:
+                            self.save_failure(exc)
+                    finally:
+                        # Already failing: the exception in flight says more than a late signal.
+                        self.deferred.restore()
+
+    def note_other_runs(self) -> None:
+        """Other toolkit runs live now (checked when the network is up and when the work ends): they
+        share the CPUs and the global sysctls, so a result measured beside one says so."""
+        assert self.net is not None
+        try:
+            others = {s.run_id for s in live_runs(exclude=self.net.state.run_id)}
+        except OSError:  # the state directory went away: nothing to say either way
+            return
+        self.other_runs_live = sorted(set(self.other_runs_live) | others)
 
     def start_flows(self, n: int, tool: str = "iperf") -> LongFlows:
         """Start N long-lived flows (all established before any data), then the recorder on them."""
@@ -255,6 +281,7 @@ class Experiment:
             "pacing_fidelity_ok": fid["frac_gt10"] <= MAX_FIDELITY_GT10 if fid.get("available") else None,
             "queue_monitor_kept_up": not monitors.get("error") and queue_hz is not None and queue_hz >= MIN_QUEUE_HZ,
             "no_leftovers_of_dead_runs": not self.leftovers,
+            "no_other_run_live": not self.other_runs_live,
         }
 
     def finish(
@@ -266,7 +293,24 @@ class Experiment:
         options: dict,
         write_extra: Callable[[Path], None] | None = None,
     ) -> dict:
-        """The result: the experiment's fields and flags, then what every result carries; written to --out."""
+        """The result: the experiment's fields and flags, then what every result carries; written to --out.
+
+        A signal that came during the teardown or while this ran is delivered once the result is saved."""
+        try:
+            return self._finish(fields, own_flags, reference_mbps, cpu_idle_min, options, write_extra)
+        finally:
+            if self.deferred is not None:
+                self.deferred.release()
+
+    def _finish(
+        self,
+        fields: dict,
+        own_flags: dict[str, bool | None],
+        reference_mbps: float | None,
+        cpu_idle_min: float | None,
+        options: dict,
+        write_extra: Callable[[Path], None] | None,
+    ) -> dict:
         assert self.drops is not None
         flags = own_flags | self.flags(reference_mbps, cpu_idle_min)
         result = {
@@ -289,6 +333,11 @@ class Experiment:
             "drops": self.drops.to_dict(),
             "monitors": self.monitors_summary(),
             "leftovers_of_dead_runs": self.leftovers,
+            "other_runs_live": self.other_runs_live,
+            # A signal that arrived after the measurement: the result is whole, the run then stopped.
+            "signal_after_measurement": (
+                signal.Signals(self.deferred.got[0]).name if self.deferred and self.deferred.got else None
+            ),
             "options": options,
             "config": self.cfg.to_dict(),
             "manifest": machine_manifest(
@@ -313,7 +362,7 @@ class Experiment:
     def write_data(self, write_extra: Callable[[Path], None] | None = None) -> None:
         out = self.out
         assert out is not None
-        out.mkdir(parents=True, exist_ok=True)
+        make_dirs(out)
         if write_extra is not None:
             write_extra(out)
         if self.recording is not None:

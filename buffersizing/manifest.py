@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from topologies.description import OFFLOADS_OFF
+from topologies.errors import RunError
 from topologies.machine import available_congestion_controls, kernel_has_module, tool_version
 from topologies.proc import run
 
@@ -20,16 +21,57 @@ REPO = Path(__file__).resolve().parents[1]
 SHIPPED_COMMIT = REPO / ".bufsize-commit"
 
 
+def head_from_files(repo: Path | None = None) -> str | None:
+    """The checked-out commit read from .git itself (HEAD, the loose ref or packed-refs): no git needed."""
+    repo = repo or REPO
+    git_dir = repo / ".git"
+    try:
+        if git_dir.is_file():  # a worktree or submodule: "gitdir: PATH"
+            git_dir = (repo / git_dir.read_text().removeprefix("gitdir:").strip()).resolve()
+        head = (git_dir / "HEAD").read_text().strip()
+        if re.fullmatch(r"[0-9a-f]{40}", head):
+            return head  # detached
+        ref = head.removeprefix("ref:").strip()
+        if not ref.startswith("refs/") or ".." in ref:
+            return None
+        loose = git_dir / ref
+        if loose.is_file():
+            sha = loose.read_text().strip()
+            return sha if re.fullmatch(r"[0-9a-f]{40}", sha) else None
+        common = git_dir / "commondir"  # a worktree keeps its branches in the main repository
+        base = (git_dir / common.read_text().strip()).resolve() if common.is_file() else git_dir
+        for line in (base / "packed-refs").read_text().splitlines():
+            sha, _, name = line.partition(" ")
+            if name == ref and re.fullmatch(r"[0-9a-f]{40}", sha):
+                return sha
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def project_commit() -> str:
-    res = run(["git", "-C", str(REPO), "rev-parse", "HEAD"], check=False)
-    if res.returncode != 0:
-        try:
-            shipped = SHIPPED_COMMIT.read_text().strip()
-        except OSError:
-            return "unknown (not a git checkout)"
-        return shipped if re.fullmatch(r"[0-9a-f]{40}", shipped) else "unknown (not a git checkout)"
+    """The commit results were made from: git if it is installed, else .git read directly, else the
+    commit `bufsize remote` shipped; never an exception (a result must not be lost for want of git)."""
+    try:
+        res = run(["git", "-C", str(REPO), "rev-parse", "HEAD"], check=False)
+    except (OSError, RunError):  # no git on PATH
+        head = head_from_files()
+        if head:
+            return head + " (uncommitted changes not checked: git not installed)"
+        return _shipped()
+    if res.returncode != 0:  # not a checkout, or one git will not read as root ("dubious ownership")
+        head = head_from_files()
+        return head + " (uncommitted changes not checked: git refused the checkout)" if head else _shipped()
     dirty = run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"], check=False).stdout.strip()
     return res.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
+
+
+def _shipped() -> str:
+    try:
+        shipped = SHIPPED_COMMIT.read_text().strip()
+    except OSError:
+        return "unknown (not a git checkout)"
+    return shipped if re.fullmatch(r"[0-9a-f]{40}", shipped) else "unknown (not a git checkout)"
 
 
 def machine_manifest(backend: str, cc: str, shaper: str | None = None, pacer: bool | None = None) -> dict:

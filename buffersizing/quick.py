@@ -13,6 +13,7 @@ from buffersizing.sweep import SweepSpec, finished, make_spec, run_sweep
 from buffersizing.verify import format_summary, run_verify
 from topologies.config import DumbbellConfig
 from topologies.machine import format_report, probe
+from topologies.safefiles import write_atomic
 
 
 def quick_spec() -> SweepSpec:
@@ -44,7 +45,7 @@ def run_quick(given: str | Path) -> int:
     out = quick_dir(base, spec)
     caps = probe()
     print(format_report(caps))
-    (out / "doctor.json").write_text(json.dumps(caps.to_dict(), indent=1) + "\n")
+    write_atomic(out / "doctor.json", json.dumps(caps.to_dict(), indent=1) + "\n")
     if caps.problems:
         return 1
     cfg = DumbbellConfig(hosts=2, rtt_ms=[87.0, 87.0], cc=spec.cc)
@@ -60,7 +61,7 @@ def run_quick(given: str | Path) -> int:
     paths = make_report(out) if res["finished"] else []
     for path in paths:
         print(f"wrote {path}")
-    (out / "wall_seconds.txt").write_text(f"{time.monotonic() - t0:.0f}\n")
+    write_atomic(out / "wall_seconds.txt", f"{time.monotonic() - t0:.0f}\n")
     if paths:
         print("\n" + (out / "table.md").read_text())
     print(f"main job finished in {(time.monotonic() - t0) / 60:.1f} min; results in {out}/")

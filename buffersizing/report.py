@@ -7,13 +7,14 @@ counted 1500-byte packets while ours are 1514-byte frames.
 from __future__ import annotations
 
 import csv
-import json
 import math
 import statistics
 from pathlib import Path
 
+from buffersizing.resultdir import read_finished
 from topologies import FRAME_BYTES
 from topologies.errors import UsageError
+from topologies.safefiles import atomic_text, save_figure, write_atomic
 
 REFERENCE_DIR = Path(__file__).resolve().parents[1] / "results" / "reference"
 HARDWARE_TSV = "hardware-netfpga-62.5mbps-87ms.tsv"
@@ -37,7 +38,13 @@ def load_results(d: Path) -> list[dict]:
     files = sorted(d.glob("**/result.json"))
     if not files:
         raise UsageError(f"{d}: no result.json found (run `bufsize sweep --out {d}` first)")
-    return [json.loads(f.read_text()) for f in files]
+    results = []
+    for f in files:
+        r = read_finished(f)
+        if r is None:
+            raise UsageError(f"{f}: not a JSON object (truncated, or not a result)")
+        results.append(r)
+    return results
 
 
 def cv(values: list[float]) -> float | None:
@@ -105,7 +112,7 @@ def _fmt(v: object) -> str:
 
 def write_table(rows: list[dict], out: Path) -> tuple[Path, Path]:
     csv_path, md_path = out / "table.csv", out / "table.md"
-    with csv_path.open("w", newline="") as f:
+    with atomic_text(csv_path) as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
@@ -137,7 +144,7 @@ def write_table(rows: list[dict], out: Path) -> tuple[Path, Path]:
             else:
                 cells.append(_fmt(r[k]))
         lines.append("| " + " | ".join(cells) + " |")
-    md_path.write_text("\n".join(lines) + "\n")
+    write_atomic(md_path, "\n".join(lines) + "\n")
     return csv_path, md_path
 
 
@@ -220,8 +227,8 @@ def plot(results: list[dict], out: Path, title: str, ref_dir: Path = REFERENCE_D
     ax.legend(fontsize=7.5, loc="lower left")
     fig.tight_layout()
     paths = [out / "figure.png", out / "figure.pdf"]
-    fig.savefig(paths[0], dpi=130)
-    fig.savefig(paths[1])
+    save_figure(fig, paths[0], dpi=130)
+    save_figure(fig, paths[1])
     plt.close(fig)
     return paths
 
@@ -245,7 +252,20 @@ def plot_dir(given: str | Path, title: str | None = None) -> list[Path]:
     d = Path(given)
     if not d.is_dir():
         raise UsageError(f"dir {d}: not a directory")
+    try:
+        return _plot_dir(d, title)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError, OverflowError) as e:
+        # The files are the user's (or another version's): what they hold is reported, not a traceback.
+        detail = " ".join(str(e).split())[:200]
+        raise UsageError(f"{d}: cannot plot what it holds ({type(e).__name__}: {detail})") from e
+    except RecursionError as e:
+        raise UsageError(f"{d}: cannot plot what it holds (nested too deeply)") from e
+
+
+def _plot_dir(d: Path, title: str | None) -> list[Path]:
     if (d / "result.json").exists():
+        if read_finished(d / "result.json") is None:
+            raise UsageError(f"{d}/result.json: not a JSON object (truncated, or not a result)")
         from monitors.plots import plot_run
 
         paths = plot_run(d, title)

@@ -30,6 +30,7 @@ from topologies.config import DumbbellConfig
 from topologies.counters import InterfaceCounters
 from topologies.dumbbell import Dumbbell
 from topologies.errors import RunError, UsageError
+from topologies.safefiles import atomic_text
 from topologies.units import check_number
 
 CALIBRATION_BDPS = 2  # calibration buffer, in bandwidth-delay products
@@ -247,7 +248,7 @@ def calibrate(prober: LinkProber, nominal_mbps: float, samples: int, log: Callab
 
 
 def write_samples_csv(path: Path, measurements: list[Measurement]) -> None:
-    with path.open("w", newline="") as f:
+    with atomic_text(path) as f:
         w = csv.writer(f)
         w.writerow(["measurement", "buffer_packets", "t_start", "settle_s", "sample", "sample_s", "rate_mbps", "util"])
         for i, m in enumerate(measurements):

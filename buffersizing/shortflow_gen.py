@@ -37,6 +37,7 @@ from pathlib import Path
 
 from buffersizing.workload import HEADER_BYTES, Workload, open_loop_arrivals, think_time
 from topologies.netns import NamespaceSockets
+from topologies.safefiles import open_new, write_atomic
 
 HEADER = struct.Struct("!QQ")  # transfer id, size in bytes (the header counts toward the size)
 CHUNK = 1 << 20
@@ -98,7 +99,7 @@ class Generator:
         self.payload = memoryview(bytes(CHUNK))
         self.counts = {"started": 0, "done": 0, "failed": 0, "unfinished": 0, "connections_without_transfer": 0}
         self.late_max_s = 0.0
-        self.rows = open(spec["records"], "w", newline="")  # noqa: SIM115 - closed in run()
+        self.rows = open_new(spec["records"])  # closed in run()
         self.writer = csv.writer(self.rows)
         self.writer.writerow(COLUMNS)
         self.t0 = 0.0
@@ -255,7 +256,7 @@ class Generator:
         rate = w.arrival_rate(float(self.spec["rate_mbps"])) if w.load > 0 else 0.0
         self.dist.mean_bytes()  # computed now (a sample for some kinds), not at the end
         self.t0 = time.monotonic()
-        ready.write_text(json.dumps({"t0": self.t0, "arrival_rate_per_s": rate}))
+        write_atomic(ready, json.dumps({"t0": self.t0, "arrival_rate_per_s": rate}))
         arrivals = [loop.create_task(self.user(u)) for u in range(w.users)]
         if rate > 0:
             arrivals.append(loop.create_task(self.open_loop(rate)))
@@ -306,9 +307,7 @@ class Generator:
             "stopped_early": self.stopping.is_set(),
             "size_distribution": self.dist.to_dict(),
         }
-        tmp = Path(self.spec["summary"] + ".tmp")
-        tmp.write_text(json.dumps(summary, indent=1))
-        tmp.replace(self.spec["summary"])
+        write_atomic(self.spec["summary"], json.dumps(summary, indent=1))
 
 
 def main(argv: list[str]) -> int:

@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 from buffersizing.transfer_stats import size_packets
+from topologies.safefiles import save_figure as write_figure
 
 
 def pyplot():  # noqa: ANN201 - matplotlib's module, imported only when a figure is drawn
@@ -37,7 +38,7 @@ def save_figure(fig, path: Path) -> None:  # noqa: ANN001
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    write_figure(fig, path, dpi=120)
     plt.close(fig)
 
 

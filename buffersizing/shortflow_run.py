@@ -44,6 +44,7 @@ from monitors.recorder import queue_stats
 from topologies import FRAME_BYTES
 from topologies.config import DumbbellConfig
 from topologies.errors import UsageError
+from topologies.safefiles import atomic_text
 from topologies.units import check_buffer_bytes, check_number, packets_to_bytes
 
 MAX_LINE_LOST = 0.001  # of the measured window; quiet runs lose nothing (bench/results/line-quick-n10*)
@@ -120,7 +121,7 @@ def model_beside(rows: list[dict], load: float, iw: int) -> dict:
 def write_transfers(records: ShortFlowRecords, window: tuple[float, float], path: Path) -> None:
     """transfers.csv: the generator's rows, times from the generator's start, and `in_window`."""
     t0 = records.summary["t0"]
-    with path.open("w", newline="") as f:
+    with atomic_text(path) as f:
         w = csv.writer(f)
         w.writerow([*COLUMNS, "in_window"])
         for r in records.rows:

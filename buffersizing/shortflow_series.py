@@ -21,6 +21,7 @@ from buffersizing.resultdir import read_finished, write_json_atomic
 from buffersizing.shortflow_run import ShortFlowOptions, run_shortflows
 from topologies.config import DumbbellConfig
 from topologies.errors import UsageError
+from topologies.safefiles import atomic_text, make_dirs, open_new, write_atomic
 
 Point = tuple[str, DumbbellConfig, int, ShortFlowOptions]  # name, link, buffer bytes, workload
 
@@ -51,7 +52,7 @@ def open_series(out: Path, spec: SeriesSpec, backend: str) -> None:
 def run_series(out: Path, spec: SeriesSpec, backend: str, say: Callable[[str], None] | None = None) -> dict:
     log = say or (lambda s: print(s, file=sys.stderr, flush=True))
     spec.validate()
-    out.mkdir(parents=True, exist_ok=True)
+    make_dirs(out)
     open_series(out, spec, backend)
     t0 = time.monotonic()
     points = spec.points()
@@ -69,7 +70,7 @@ def run_series(out: Path, spec: SeriesSpec, backend: str, say: Callable[[str], N
             failed.append(f"{name}: {e}")
     wall = time.monotonic() - t0
     finished = spec.report(out)
-    with (out / "wall_seconds.txt").open("a") as f:
+    with open_new(out / "wall_seconds.txt", append=True) as f:
         f.write(f"{round(wall)}\n")
     return {"points": len(points), "finished": finished, "failed": failed, "wall_seconds": round(wall)}
 
@@ -77,11 +78,11 @@ def run_series(out: Path, spec: SeriesSpec, backend: str, say: Callable[[str], N
 def write_table(out: Path, rows: list[dict], markdown: list[str], draw: Callable[[], None], what: str) -> None:
     """An experiment's table.csv (every field of every row), table.md and figure; a figure that
     cannot be drawn is said, not raised (the tables are the results)."""
-    with (out / "table.csv").open("w", newline="") as f:
+    with atomic_text(out / "table.csv") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    (out / "table.md").write_text("\n".join(markdown) + "\n")
+    write_atomic(out / "table.md", "\n".join(markdown) + "\n")
     try:
         draw()
     except Exception as e:  # noqa: BLE001 - a figure is a convenience

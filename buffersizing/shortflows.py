@@ -17,6 +17,7 @@ from buffersizing.workload import Workload
 from topologies.dumbbell import Dumbbell
 from topologies.errors import RunError
 from topologies.proc import describe_exit
+from topologies.safefiles import make_dirs, open_new, write_atomic
 
 READY_TIMEOUT_S = 20.0
 FLOAT_COLUMNS = ("t_planned", "t_start", "t_connected", "t_end", "fct_s")
@@ -68,7 +69,7 @@ class ShortFlows:
 
     def start(self) -> float:
         """Start the generator; return its t0 (CLOCK_MONOTONIC) once it listens and arrivals began."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.dir)
         spec = {
             "workload": self.workload.to_dict(),
             "rate_mbps": self.net.cfg.rate_mbps,
@@ -80,11 +81,11 @@ class ShortFlows:
             "ready": str(self.dir / "ready.json"),
             "grace_s": self.grace_s,
         }
-        (self.dir / "spec.json").write_text(json.dumps(spec, indent=1))
+        write_atomic(self.dir / "spec.json", json.dumps(spec, indent=1))
         argv = [sys.executable, "-m", "buffersizing.shortflow_gen", str(self.dir / "spec.json")]
         # Its own directory on the path, whatever the caller's working directory is.
         root = str(Path(__file__).resolve().parent.parent)
-        err = open(self.dir / "stderr.txt", "w")  # noqa: SIM115 - the child holds it; closed below
+        err = open_new(self.dir / "stderr.txt")  # the child holds it; closed below
         try:
             self.proc = self.net.spawn(
                 self.net.receiver_ns, argv, "short-flow generator", stdout=subprocess.DEVNULL, stderr=err, cwd=root

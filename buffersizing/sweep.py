@@ -28,6 +28,7 @@ from buffersizing.search import SearchOptions, run_search
 from buffersizing.traffic import MAX_FLOWS
 from topologies.config import PACER_DEFAULT, DumbbellConfig, parse_rtts, resolve_shaper
 from topologies.errors import UsageError
+from topologies.safefiles import make_dirs
 
 
 @dataclass
@@ -210,8 +211,9 @@ def existing_manifest(out: Path, spec: SweepSpec) -> dict | None:
         manifest = json.loads(path.read_text())
         old = dict(manifest["spec"])
         machine = manifest.get("machine") or {}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise UsageError(f"{path} is not a sweep manifest ({e}); choose another --out") from e
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+        detail = " ".join(str(e).split())[:200]
+        raise UsageError(f"{path} is not a sweep manifest ({detail}); choose another --out") from e
     if old.get("shaper") == "auto" and isinstance(machine, dict) and machine.get("shaper") == spec.shaper:
         old["shaper"] = spec.shaper  # made before sweeps pinned auto, and auto ran this shaper then
     if old != spec.to_dict():
@@ -279,7 +281,7 @@ def run_sweep(
             f"elapsed {clock(time.monotonic() - t0)} | ETA {clock(eta)}"
         )
         d = point_dir(out, n, r)
-        d.mkdir(parents=True, exist_ok=True)
+        make_dirs(d)
         t_point = time.monotonic()
         try:
             run_search(spec.config(n), backend, spec.options(n), d, log=say)

@@ -27,6 +27,7 @@ from buffersizing.traffic import MAX_FLOWS
 from topologies import FRAME_BYTES
 from topologies.config import MAX_HOSTS, DumbbellConfig
 from topologies.errors import UsageError
+from topologies.safefiles import atomic_text, save_figure, write_atomic
 from topologies.units import check_buffer_bytes
 
 GSR_TSV = "gsr-oc3-utilization-table.tsv"
@@ -131,18 +132,19 @@ COLUMNS = [
 
 def write_table(table: list[dict], out: Path) -> tuple[Path, Path]:
     md, cv = out / "table.md", out / "table.csv"
-    with cv.open("w", newline="") as f:
+    with atomic_text(cv) as f:
         w = csv.DictWriter(f, fieldnames=[k for k, _ in COLUMNS])
         w.writeheader()
         w.writerows({k: r[k] for k, _ in COLUMNS} for r in table)
     lines = ["| " + " | ".join(h for _, h in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in table:
         lines.append("| " + " | ".join("" if r[k] is None else str(r[k]) for k, _ in COLUMNS) + " |")
-    md.write_text(
+    write_atomic(
+        md,
         "# Utilization at fixed buffers (seed 000 Fig 15) on this emulator\n\n"
         "F7 bound: erf(3*sqrt(3)/(2*sqrt(2)) * B / ((BDP + B)/sqrt(n))) with BDP 1291. Published columns: "
         "results/reference/gsr-oc3-utilization-table.tsv. Emulator utilization is of the nominal rate C over "
-        "the whole measurement; 'worst 1 s' is its lowest one-second sample.\n\n" + "\n".join(lines) + "\n"
+        "the whole measurement; 'worst 1 s' is its lowest one-second sample.\n\n" + "\n".join(lines) + "\n",
     )
     return md, cv
 
@@ -178,7 +180,7 @@ def plot(table: list[dict], out: Path) -> Path:
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     path = out / "utilization.png"
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path
 
@@ -229,5 +231,5 @@ def run_util_table(
         say(f"[{i}/{len(flows)}] n={n} ({time.monotonic() - t0:.0f} s so far)")
         run_measure(config_for(n), backend, buffers, opts_for(n), d, say)
     paths = report(out)
-    (out / "wall_seconds.txt").write_text(f"{time.monotonic() - t0:.0f}\n")
+    write_atomic(out / "wall_seconds.txt", f"{time.monotonic() - t0:.0f}\n")
     return paths

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from monitors.fidelity import reference_2012
 from topologies import FRAME_BYTES
+from topologies.safefiles import atomic_text, save_figure
 
 FIDELITY_2012 = Path(__file__).resolve().parents[1] / "results" / "reference" / "mininet-hifi-2012-dequeue-fidelity.tsv"
 MAX_FLOWS_DRAWN = 8
@@ -40,7 +41,7 @@ def _figure(plt, title: str):
 
 def _save(fig, path: Path, out: list[Path]) -> None:
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     out.append(path)
 
 
@@ -196,7 +197,7 @@ def write_fidelity_csv(times: list[float], rate_mbps: float, path: Path) -> None
     from monitors.fidelity import IDLE_GAP_FRAMES
 
     ideal_us = FRAME_BYTES * 8 / rate_mbps
-    with path.open("w", newline="") as f:
+    with atomic_text(path) as f:
         w = csv.writer(f)
         w.writerow(["gap_us", "busy", "deviation"])
         for a, b in zip(times, times[1:], strict=False):

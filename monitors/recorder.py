@@ -25,6 +25,7 @@ from monitors.cwnd import CwndTrace, CwndUnavailable
 from topologies.bottleneck import Bottleneck
 from topologies.ledger import RunState
 from topologies.qdisc_stats import QdiscSample
+from topologies.safefiles import atomic_text, make_dirs
 
 STALE_S = 10.0  # seconds without a cwnd event after which a flow leaves the snapshots
 
@@ -220,9 +221,9 @@ def write_csvs(rec: Recording, out: Path) -> list[str]:
             [(round(t - t0, 3), c, round(b, 3), round(s, 3), round(i, 3)) for t, c, b, s, i in rec.cpu],
         ),
     }
-    out.mkdir(parents=True, exist_ok=True)
+    make_dirs(out)
     for name, (header, rows) in tables.items():
-        with (out / name).open("w", newline="") as f:
+        with atomic_text(out / name) as f:
             w = csv.writer(f)
             w.writerow(header)
             w.writerows(rows)

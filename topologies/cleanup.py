@@ -45,6 +45,54 @@ def signals_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+class SignalsDeferred:
+    """Ctrl-C, SIGTERM and SIGHUP noted, not acted on, until `release()`, which re-delivers the first.
+
+    For the stretch between finished work and its saved result: a signal held during the teardown
+    used to arrive as the teardown ended and the result was never written. Unlike signals_held,
+    this also covers a signal the kernel hands to another thread (Python acts on it in the main
+    thread whatever the mask of this one). Main thread only; elsewhere it does nothing.
+    """
+
+    def __init__(self) -> None:
+        self.got: list[int] = []
+        self._old: dict[int, object] = {}
+        try:
+            for s in HELD_SIGNALS:
+                self._old[s] = signal.signal(s, self._note)
+        except ValueError:  # not the main thread
+            self._old.clear()
+        _DEFERRALS.append(self)
+
+    def _note(self, signum: int, _frame: object) -> None:
+        self.got.append(signum)
+
+    def restore(self) -> int | None:
+        """Put the handlers back; the first signal noted, if any (not delivered)."""
+        for s, h in self._old.items():
+            signal.signal(s, h)  # type: ignore[arg-type]
+        self._old.clear()
+        if self in _DEFERRALS:
+            _DEFERRALS.remove(self)
+        return self.got[0] if self.got else None
+
+    def release(self) -> None:
+        """Put the handlers back and deliver the first signal noted to them now."""
+        first = self.restore()
+        if first is not None:
+            signal.raise_signal(first)
+
+
+_DEFERRALS: list[SignalsDeferred] = []
+
+
+def release_deferred_signals() -> None:
+    """Deliver what deferrals nobody released noted (the command line calls this last, so a signal
+    is never swallowed by a deferral whose result was not saved after all)."""
+    while _DEFERRALS:
+        _DEFERRALS[-1].release()
+
+
 def _ns_ids(state: RunState) -> set[tuple[int, int]]:
     ids = set()
     for ns in state.namespaces:
@@ -53,7 +101,7 @@ def _ns_ids(state: RunState) -> set[tuple[int, int]]:
         except OSError:
             continue
         ids.add((st.st_dev, st.st_ino))
-    return ids
+    return ids - host_namespaces()  # a name attached to the host's namespace makes nobody the run's
 
 
 def belongs_to_run(pid: int, started: int | None, state: RunState, ns_ids: set[tuple[int, int]]) -> bool:
@@ -83,7 +131,7 @@ def teardown(state: RunState, notes: list[str] | None = None) -> list[str]:
                 removed.append(f"trace instance {Path(d).name}")
         for ns in reversed(state.namespaces):
             if netns.exists(ns):
-                removed += remove_namespace(ns)
+                removed += remove_namespace(ns, notes)
         with state_lock():
             removed += sysctl.release_globals(state)
             if state.workdir_is_safe():
@@ -121,14 +169,33 @@ def remove_trace_instance(d: Path) -> bool:
     return True
 
 
-def remove_namespace(ns: str) -> list[str]:
-    """Stop what runs inside one of the toolkit's namespaces (started by the run that made it), then delete it."""
+def host_namespaces() -> set[tuple[int, int]]:
+    """The network namespaces of init and of this process: never a run's."""
+    return {i for i in (net_ns_id(1), net_ns_id(os.getpid())) if i is not None}
+
+
+def remove_namespace(ns: str, refused: list[str] | None = None) -> list[str]:
+    """Stop what runs inside one of the toolkit's namespaces (started by the run that made it), then delete it.
+
+    A name that is the host's own namespace (`ip netns attach bsz-x 1`, by mistake or not) gets its
+    name removed and nothing signalled; each process is signalled only while it is still in that
+    namespace (proc.stop_process checks through a pidfd)."""
     if not ns.startswith(netns.PREFIX):  # never anyone else's, whoever asks
         return []
+    try:
+        st = os.stat(netns.ns_path(ns))
+        ns_id: tuple[int, int] | None = (st.st_dev, st.st_ino)
+    except OSError:
+        ns_id = None
     removed = []
-    for pid in netns.pids_in(ns):
-        if pid > 1 and stop_process(pid, start_time(pid), grace=1.0):
-            removed.append(f"process {pid} (in {ns})")
+    if ns_id is None or ns_id in host_namespaces():
+        if refused is not None:
+            what = "is the host's own network namespace" if ns_id else "cannot be identified"
+            refused.append(f"namespace {ns} {what}: no process in it was signalled")
+    else:
+        for pid in netns.pids_in(ns):
+            if pid > 1 and stop_process(pid, start_time(pid), grace=1.0, netns=ns_id):
+                removed.append(f"process {pid} (in {ns})")
     netns.delete(ns)
     return [*removed, f"namespace {ns}"]
 
@@ -161,14 +228,17 @@ def clean_leftovers() -> CleanReport:
         if not st.owner_alive():
             report.removed += teardown(st, report.refused)
     # Namespaces of a refused ledger's run id are left too: it may be a live run of another version.
-    keep = {n for s in live_runs() for n in s.namespaces}
-    refused_prefixes = tuple(f"{netns.PREFIX}{_run_id_of(p)}-" for p, _ in refused)
-    for ns in netns.list_ns():
-        if ns.startswith(netns.PREFIX) and ns not in keep:
-            if refused_prefixes and ns.startswith(refused_prefixes):
-                report.refused.append(f"namespace {ns} left: its run's ledger was refused")
-                continue
-            report.removed += remove_namespace(ns)
+    # Decided under the state lock, which a starting run holds while it records and makes its
+    # namespaces: otherwise a namespace made between the two lists below would look orphaned.
+    with state_lock():
+        keep = {n for s in live_runs() for n in s.namespaces}
+        refused_prefixes = tuple(f"{netns.PREFIX}{_run_id_of(p)}-" for p, _ in refused)
+        for ns in netns.list_ns():
+            if ns.startswith(netns.PREFIX) and ns not in keep:
+                if refused_prefixes and ns.startswith(refused_prefixes):
+                    report.refused.append(f"namespace {ns} left: its run's ledger was refused")
+                    continue
+                report.removed += remove_namespace(ns, report.refused)
     with state_lock():
         done, bad = sysctl.restore_orphaned_globals()
     report.removed += done

@@ -14,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 
 from topologies import netns, sysctl
@@ -28,13 +29,13 @@ from topologies.description import (
     Job,
     tcp_sysctls,
 )
-from topologies.errors import RunError
-from topologies.ledger import RunState
+from topologies.errors import MachineError, RunError
+from topologies.ledger import RunState, live_runs, state_lock
 from topologies.line import NICE as LINE_NICE
 from topologies.line import RTPRIO as LINE_RTPRIO
 from topologies.line import SPIN_US as LINE_SPIN_US
 from topologies.line import LineBottleneck, isolation
-from topologies.proc import popen_dying_with_parent, run
+from topologies.proc import is_same_process, popen_dying_with_parent, run
 
 __all__ = ["OFFLOADS_OFF", "Dumbbell", "Host", "tcp_sysctls"]
 
@@ -49,6 +50,22 @@ def run_parallel(jobs: Sequence[Job]) -> None:
     with ThreadPoolExecutor(PARALLEL) as pool:
         for fut in [pool.submit(run, argv, input=inp or None, timeout=120) for argv, inp in jobs]:
             fut.result()
+
+
+def other_lines_cpus(own_run: str) -> dict[int, str]:
+    """CPUs that the line shapers of other live runs are pinned to: {cpu: "run ID, PID n"}."""
+    taken: dict[int, str] = {}
+    for st in live_runs(exclude=own_run):
+        for p in st.processes:
+            if p.get("what") != "delay line" or not is_same_process(p["pid"], p.get("start")):
+                continue
+            try:
+                cpus = os.sched_getaffinity(p["pid"])
+            except OSError:  # ended meanwhile
+                continue
+            if len(cpus) == 1:
+                taken[next(iter(cpus))] = f"run {st.run_id}, PID {p['pid']}"
+    return taken
 
 
 class Dumbbell:
@@ -98,15 +115,14 @@ class Dumbbell:
 
     def build(self) -> None:
         plan = self.plan
-        self.state.add_namespaces(plan.namespaces)
-        netns.add_many(plan.namespaces)
+        with state_lock():  # recorded and made in one step: `bufsize clean` decides under this lock
+            self.state.add_namespaces(plan.namespaces)
+            netns.add_many(plan.namespaces)
         # Bursts leave veths through the per-CPU backlog (netdev_max_backlog, global, default 1000);
         # a drop there would be a loss outside the bottleneck.
         sysctl.raise_global(self.state, "net.core.netdev_max_backlog", 100_000)
         # Outside the initial namespace a host may only default to an "allowed" congestion control.
-        allowed = sysctl.read("net.ipv4.tcp_allowed_congestion_control").split()
-        if self.cfg.cc not in allowed:
-            sysctl.set_global(self.state, "net.ipv4.tcp_allowed_congestion_control", " ".join([*allowed, self.cfg.cc]))
+        sysctl.allow_congestion_control(self.state, self.cfg.cc)
         run(["ip", "-batch", "-"], input=plan.links(), timeout=300)
         sysctls = plan.sysctls(bridge_netfilter_loaded())
         run_parallel([(netns.in_ns(ns, ["sysctl", "-q", "-w", *vals]), "") for ns, vals in sysctls])
@@ -120,22 +136,26 @@ class Dumbbell:
             kick = self.bottleneck.kick_socket() if plan.pacing else None
             line_args: list[str] = []
             extra: dict = {}
-            if isinstance(self.bottleneck, LineBottleneck):
-                self.bottleneck.status_path = self.state.workdir / "line-status"
-                line_args = self.bottleneck.delayline_args()
-                extra = self._isolate_line()
+            # Choosing the line's CPU and starting it is one step under the state lock: two runs
+            # starting together would otherwise both take the same free CPU.
+            is_line = isinstance(self.bottleneck, LineBottleneck)
             try:
-                self.delayline = DelayLine(
-                    self.state,
-                    plan.delay_ns,
-                    *plan.delay_devs,
-                    plan.delay_map(),
-                    kick=kick,
-                    rate_mbps=self.cfg.rate_mbps,
-                    line_args=line_args,
-                    **extra,
-                )
-                self.delayline.start()
+                with state_lock() if is_line else nullcontext():
+                    if isinstance(self.bottleneck, LineBottleneck):
+                        self.bottleneck.status_path = self.state.workdir / "line-status"
+                        line_args = self.bottleneck.delayline_args()
+                        extra = self._isolate_line()
+                    self.delayline = DelayLine(
+                        self.state,
+                        plan.delay_ns,
+                        *plan.delay_devs,
+                        plan.delay_map(),
+                        kick=kick,
+                        rate_mbps=self.cfg.rate_mbps,
+                        line_args=line_args,
+                        **extra,
+                    )
+                    self.delayline.start()
             finally:
                 if kick is not None:
                     kick.close()  # the delay line holds its own copy
@@ -149,6 +169,16 @@ class Dumbbell:
         if iso is None:
             return how
         cpu, mask = iso
+        taken = other_lines_cpus(self.state.run_id)
+        if cpu in taken:
+            free = (os.sched_getaffinity(0) - set(taken)) - {cpu}
+            if len(free) < 2:  # the line's own CPU, and one at least for everything else
+                raise MachineError(
+                    f"the line shaper needs a CPU of its own, and CPU {cpu} is held by the line of "
+                    f"another bufsize run ({taken[cpu]}): wait for it to end, or use --shaper htb"
+                )
+            cpu = max(free)
+            mask = sum(1 << c for c in os.sched_getaffinity(0) if c != cpu)
         self._keep_off_cpu(cpu)
         for ns, dev in ((self.switch_ns, self.plan.bottleneck_dev), (self.receiver_ns, self.receiver_dev)):
             # sysfs shows a namespace's devices only when mounted inside it, which `ip netns exec` does.

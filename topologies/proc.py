@@ -152,25 +152,46 @@ def is_running(pid: int, started: int | None) -> bool:
     return is_same_process(pid, started) and not _is_zombie(pid)
 
 
-def stop_process(pid: int, started: int | None, grace: float = 2.0) -> bool:
-    """SIGTERM, then SIGKILL after `grace` seconds, a process we started. Returns True if it was ours."""
-    if not is_same_process(pid, started):
+def stop_process(pid: int, started: int | None, grace: float = 2.0, netns: tuple[int, int] | None = None) -> bool:
+    """SIGTERM, then SIGKILL after `grace` seconds, a process we started. Returns True if it was ours.
+
+    The process is held by a pidfd before it is checked (start time, and with `netns` its network
+    namespace), and signalled through it: a PID reused between the check and the signal cannot be hit.
+    """
+    try:
+        fd: int | None = os.pidfd_open(pid)
+    except ProcessLookupError:
         return False
+    except OSError:  # a kernel without pidfd_open (before 5.3): check and signal by PID
+        fd = None
     try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return True
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if not is_same_process(pid, started) or _is_zombie(pid):
-            _reap(pid)
+        if not is_same_process(pid, started) or (netns is not None and net_ns_id(pid) != netns):
+            return False
+        if not _signal(pid, fd, signal.SIGTERM):
             return True
-        time.sleep(0.02)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if not is_same_process(pid, started) or _is_zombie(pid):
+                _reap(pid)
+                return True
+            time.sleep(0.02)
+        _signal(pid, fd, signal.SIGKILL)
+        _reap(pid)
+        return True
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _signal(pid: int, fd: int | None, sig: int) -> bool:
+    """False if the process is gone."""
     try:
-        os.kill(pid, signal.SIGKILL)
+        if fd is not None:
+            signal.pidfd_send_signal(fd, sig)
+        else:
+            os.kill(pid, sig)
     except ProcessLookupError:
-        pass
-    _reap(pid)
+        return False
     return True
 
 

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from topologies import ledger
+from topologies.safefiles import write_atomic
 
 
 def _proc_path(name: str) -> Path:
@@ -68,30 +69,46 @@ def _load_originals() -> dict[str, str]:
 
 def set_global(state: ledger.RunState, name: str, value: str) -> None:
     """Change a global sysctl for the duration of the run (only those on the allow-list)."""
+    with ledger.state_lock():
+        _set_global(state, name, value)
+
+
+def _set_global(state: ledger.RunState, name: str, value: str) -> None:
+    """set_global with the state lock held by the caller."""
     if name not in ledger.ALLOWED_GLOBAL_SYSCTLS:
         raise ValueError(f"{name} is not a global sysctl a run may change")
-    with ledger.state_lock():
-        originals = _load_originals()
-        if name not in originals:
-            originals[name] = read(name)
-            _originals_path().write_text(json.dumps(originals, indent=1))
-        if name not in state.global_sysctls:
-            state.global_sysctls.append(name)
-            state.save()
-        write(name, value)
+    originals = _load_originals()
+    if name not in originals:
+        originals[name] = read(name)
+        write_atomic(_originals_path(), json.dumps(originals, indent=1), mode=0o644)
+    if name not in state.global_sysctls:
+        state.global_sysctls.append(name)
+        state.save()
+    write(name, value)
 
 
 def raise_global(state: ledger.RunState, name: str, minimum: int) -> None:
     """Make a numeric global sysctl at least `minimum`, never lowering it.
 
     If another live run already raised it, this run records it too, so the first of the two to end
-    does not restore the original under the other.
+    does not restore the original under the other. The check and the change are under one hold of
+    the state lock: another run's teardown cannot restore the original between them.
     """
     with ledger.state_lock():
         raised_by_another = name in _load_originals()
-    current = int(read(name))
-    if current < minimum or raised_by_another:
-        set_global(state, name, str(max(current, minimum)))
+        current = int(read(name))
+        if current < minimum or raised_by_another:
+            _set_global(state, name, str(max(current, minimum)))
+
+
+def allow_congestion_control(state: ledger.RunState, cc: str) -> None:
+    """Add `cc` to the congestion controls namespaces may use (read and change under one lock, so
+    two runs adding different ones keep both)."""
+    name = "net.ipv4.tcp_allowed_congestion_control"
+    with ledger.state_lock():
+        allowed = read(name).split()
+        if cc not in allowed:
+            _set_global(state, name, " ".join([*allowed, cc]))
 
 
 def _restore(names: set[str]) -> tuple[list[str], list[str]]:
@@ -104,7 +121,7 @@ def _restore(names: set[str]) -> tuple[list[str], list[str]]:
         done.append(f"sysctl {name} restored to {read(name)}")
     if done:
         if originals:
-            _originals_path().write_text(json.dumps(originals, indent=1))
+            write_atomic(_originals_path(), json.dumps(originals, indent=1), mode=0o644)
         else:
             _originals_path().unlink(missing_ok=True)
     return done, []

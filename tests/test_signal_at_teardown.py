@@ -1,0 +1,96 @@
+"""A signal that arrives while a finished run tears down no longer loses its result (issue 32).
+
+The teardown holds signals (topologies/cleanup.signals_held) and they used to arrive as it ended,
+before result.json was written. The net here is a stand-in whose stop() receives the signal as
+the real one would, inside signals_held; everything else is the real Experiment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from buffersizing.cli import _on_signal
+from buffersizing.experiment import Experiment
+from monitors.drops import DropSummary
+from topologies.cleanup import _DEFERRALS, release_deferred_signals, signals_held
+from topologies.config import DumbbellConfig
+
+
+class SignalledNet:
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.state = SimpleNamespace(run_id="000000")
+
+    def stop(self) -> list[str]:
+        with signals_held():
+            os.kill(os.getpid(), self.signum)
+        return []
+
+
+class Drops:
+    def stop(self) -> DropSummary:
+        return DropSummary(bottleneck=0)
+
+
+@pytest.fixture(autouse=True)
+def cli_handlers() -> Iterator[None]:
+    old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGHUP, _on_signal)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    _DEFERRALS.clear()
+    for s, h in old.items():
+        signal.signal(s, h)
+
+
+def experiment(out: Path, signum: int) -> Experiment:
+    ex = Experiment(DumbbellConfig(hosts=1, rtt_ms=[20.0]), "delayline", "measure", out, say=lambda s: None)
+    ex.net = SignalledNet(signum)  # type: ignore[assignment]
+    ex.drop_monitor = Drops()  # type: ignore[assignment]
+    return ex
+
+
+@pytest.mark.parametrize(("signum", "raised"), [(signal.SIGTERM, SystemExit), (signal.SIGINT, KeyboardInterrupt)])
+def test_result_is_written_then_the_signal_acts(tmp_path: Path, signum: int, raised: type) -> None:
+    ex = experiment(tmp_path, signum)
+    ex.__exit__(None, None, None)  # the teardown: the signal comes in it, and must wait
+    with pytest.raises(raised):
+        ex.finish({"utilization": 0.99}, {}, reference_mbps=None, cpu_idle_min=None, options={})
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["utilization"] == 0.99
+    assert result["signal_after_measurement"] == signal.Signals(signum).name
+    assert not (tmp_path / "error.json").exists()
+    assert signal.getsignal(signal.SIGTERM) is _on_signal  # the handlers are back
+
+
+def test_a_failing_run_keeps_its_own_exception_and_writes_error_json(tmp_path: Path) -> None:
+    ex = experiment(tmp_path, signal.SIGTERM)
+    ex.__exit__(RuntimeError, RuntimeError("iperf died"), None)  # no new exception from the signal
+    error = json.loads((tmp_path / "error.json").read_text())
+    assert error["error"] == "iperf died"
+    assert signal.getsignal(signal.SIGTERM) is _on_signal
+    assert not _DEFERRALS
+
+
+def test_no_signal_no_change(tmp_path: Path) -> None:
+    ex = experiment(tmp_path, 0)  # signal 0: nothing is delivered
+    ex.__exit__(None, None, None)
+    result = ex.finish({}, {}, reference_mbps=None, cpu_idle_min=None, options={})
+    assert result["signal_after_measurement"] is None
+    assert (tmp_path / "result.json").exists()
+
+
+def test_a_deferral_nobody_released_still_delivers(tmp_path: Path) -> None:
+    ex = experiment(tmp_path, signal.SIGTERM)
+    ex.__exit__(None, None, None)  # and then finish() is never reached
+    with pytest.raises(SystemExit):
+        release_deferred_signals()
+    assert not _DEFERRALS
