@@ -96,6 +96,7 @@ class Experiment:
         out: Path | None = None,
         say: Say | None = None,
         require_recorder: bool = False,
+        saves_result: bool = False,
     ) -> None:
         # The shaper resolved for the backend, so results name the one that ran, not auto.
         self.cfg, self.backend, self.kind, self.out = cfg.for_backend(backend), backend, kind, out
@@ -121,6 +122,9 @@ class Experiment:
         self.checks: list[Callable[[], None]] = []  # the experiment's own health checks (its processes)
         self.t_wall = time.monotonic()
         self.other_runs_live: list[str] = []  # run ids of other toolkit runs seen live during this one
+        # True where finish() follows the with block: a signal during the teardown then waits for the
+        # saved result; otherwise it acts as soon as the teardown is done.
+        self.saves_result = saves_result
         self.deferred: SignalsDeferred | None = None  # signals held from the teardown to the saved result
 
     # ---- life cycle --------------------------------------------------------------------------
@@ -175,6 +179,8 @@ class Experiment:
                     finally:
                         # Already failing: the exception in flight says more than a late signal.
                         self.deferred.restore()
+                elif not self.saves_result:
+                    self.deferred.release()  # no result to wait for: the signal acts now
 
     def note_other_runs(self) -> None:
         """Other toolkit runs live now (checked when the network is up and when the work ends): they

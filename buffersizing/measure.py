@@ -148,7 +148,7 @@ def run_measure(
     warm_buffer = REFERENCE_BDPS * round(bdp) * FRAME_BYTES if opts.reference_s > 0 else buffers_bytes[0]
     cfg = replace(cfg, buffer_bytes=warm_buffer)
     rtt = max(cfg.rtt_ms)
-    ex = Experiment(cfg, backend, "measure", out, log, require_recorder=True)
+    ex = Experiment(cfg, backend, "measure", out, log, require_recorder=True, saves_result=True)
     say = ex.say
     say(
         f"measure: {opts.flows} flows over {cfg.hosts} hosts, {cfg.rate_mbps:g} Mb/s, "

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import posixpath
@@ -49,6 +48,7 @@ from pathlib import Path
 
 from buffersizing.remote_plan import (
     DEFAULT_REMOTE_DIR,
+    MAX_POINT_ARCHIVE_BYTES,
     BadPoint,
     Machine,
     Point,
@@ -60,6 +60,8 @@ from buffersizing.remote_plan import (
     parse_machines,
     parse_status,
     point_name,
+    printable,
+    sha256_of,
     sweep_argv,
     sweep_id,
     unpack_point,
@@ -302,8 +304,11 @@ class Remote:
                 self.close()
                 raise MachineUnreachable(explain(e, self.m, self.job.known_hosts)) from e
             part = f"{src}.part"
+            # What arrived is what was shipped (checked there before anything of it is unpacked).
+            want = f"{sha256_of(self.job.tarball)}  {tmp}"
             script = (
-                f"set -e; rm -rf {q(part)}; mkdir -p {q(part)}; tar -xzf {q(tmp)} -C {q(part)}; "
+                f"set -e; echo {q(want)} | sha256sum -c --status; "
+                f"rm -rf {q(part)}; mkdir -p {q(part)}; tar -xzf {q(tmp)} -C {q(part)}; "
                 f"printf '%s\\n' {q(self.job.commit)} > {q(part)}/.bufsize-commit; "
                 f"rm -rf {q(src)}; mv {q(part)} {q(src)}"
             )
@@ -318,12 +323,17 @@ class Remote:
         res = self.sh(f"{q(self.paths.src)}/.venv/bin/bufsize doctor --json", timeout=300)
         try:
             caps = json.loads(res.stdout)
-        except ValueError:
+        except (ValueError, RecursionError):
             why = (res.stderr.strip().splitlines() or ["no output"])[-1]
             raise MachineCannotRun(f"{self.m.label}: bufsize doctor failed: {why}") from None
-        problems = list(caps.get("problems") or [])
+        shape = {"problems": list, "congestion_controls": list, "qdiscs": dict}
+        if not isinstance(caps, dict) or any(
+            caps.get(k) is not None and not isinstance(caps[k], t) for k, t in shape.items()
+        ):
+            raise MachineCannotRun(f"{self.m.label}: bufsize doctor answered JSON that is not a doctor report")
+        problems = [str(p) for p in caps.get("problems") or []]
         spec = self.job.spec
-        ccs = caps.get("congestion_controls") or []
+        ccs = [str(c) for c in caps.get("congestion_controls") or []]
         if spec.cc not in ccs and f"{spec.cc} (module)" not in ccs:
             problems.append(f"no {spec.cc} congestion control (it has {', '.join(ccs) or 'none'})")
         if spec.delay_backend == "netem" and not (caps.get("qdiscs") or {}).get("netem"):
@@ -386,13 +396,24 @@ class Remote:
         remote_tgz = f"{p.runs}/pull-{name}.tar.gz"
         script = (
             f"set -e; mkdir -p {q(p.runs)}; tar -C {q(p.sweep)} -czf {q(remote_tgz)} {q(name)}; "
-            f"chmod 0644 {q(remote_tgz)}; sha256sum {q(remote_tgz)}"
+            f"chmod 0644 {q(remote_tgz)}; sha256sum < {q(remote_tgz)}; wc -c < {q(remote_tgz)}"
         )
         res = self.sh(script, timeout=600)
         if res.exited != 0:
             self.failed[point] = f"could not pack it there: {res.stderr.strip()[-200:]}"
             return
-        want = res.stdout.split()[0]
+        # The checksum is the remote's own: it guards the transfer, not the content, which is checked
+        # member by member below (paths, types, sizes) and by the commit the result names.
+        answer = res.stdout.split()
+        want, size = (answer[0], answer[2]) if len(answer) == 3 and answer[2].isdigit() else ("", "-1")
+        if not re.fullmatch(r"[0-9a-f]{64}", want) or not 0 <= int(size) <= MAX_POINT_ARCHIVE_BYTES:
+            self.failed[point] = (
+                f"not pulled: its archive is over {MAX_POINT_ARCHIVE_BYTES >> 20} MB, or the machine's answer "
+                f"about it is not a checksum and a size ({' '.join(answer)[:80]!r})"
+            )
+            with contextlib.suppress(MachineUnreachable):
+                self.sh(f"rm -f {q(remote_tgz)}")
+            return
         work = Path(tempfile.mkdtemp(prefix=f"{self.m.path_label}-{name}-", dir=self.job.incoming))
         try:
             local = work / "point.tar.gz"
@@ -405,7 +426,9 @@ class Remote:
             with contextlib.suppress(MachineUnreachable):
                 self.sh(f"rm -f {q(remote_tgz)}")
             try:
-                if hashlib.sha256(local.read_bytes()).hexdigest() != want:
+                if local.stat().st_size > MAX_POINT_ARCHIVE_BYTES:  # it grew since it was measured
+                    raise BadPoint(f"its archive is over {MAX_POINT_ARCHIVE_BYTES >> 20} MB")
+                if sha256_of(local) != want:
                     raise BadPoint("its checksum does not match the one computed there")
                 unpacked = unpack_point(local, point, work)
                 check_point(unpacked, point, self.job.commit)
@@ -582,8 +605,8 @@ def run_remote(a: argparse.Namespace) -> int:
     lock = threading.Lock()
 
     def say(text: str) -> None:
-        with lock:
-            print(text, file=sys.stderr, flush=True)
+        with lock:  # remote machines' words pass through here: escaped
+            print(printable(text), file=sys.stderr, flush=True)
 
     with locked(out):
         for stale in out.glob(".incoming-*"):  # a killed earlier run's transit files (we hold the lock)

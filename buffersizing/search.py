@@ -268,7 +268,7 @@ def run_search(
     th = theory(cfg, opts.flows)
     cal_packets = math.ceil(CALIBRATION_BDPS * cfg.bdp_bytes / FRAME_BYTES)
     cfg = replace(cfg, buffer_bytes=cal_packets * FRAME_BYTES)
-    ex = Experiment(cfg, backend, "search", out, log)
+    ex = Experiment(cfg, backend, "search", out, log, saves_result=True)
     say = ex.say
     say(
         f"search: {opts.flows} flows over {cfg.hosts} hosts, {cfg.rate_mbps:g} Mb/s, RTT {max(cfg.rtt_ms):g} ms, "

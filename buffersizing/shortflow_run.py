@@ -148,7 +148,7 @@ def run_shortflows(
     check_buffer_bytes(buffer_bytes)
     w = opts.workload
     cfg = replace(cfg, buffer_bytes=buffer_bytes)
-    ex = Experiment(cfg, backend, "shortflows", out, log, require_recorder=True)
+    ex = Experiment(cfg, backend, "shortflows", out, log, require_recorder=True, saves_result=True)
     say = ex.say
     rtt = max(cfg.rtt_ms)  # warm-up is timed by the slowest flow
     loops = [f"at load {w.load:g} (open loop)"] * (w.load > 0) + [f"{w.users} users (closed loop)"] * (w.users > 0)

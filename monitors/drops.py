@@ -44,7 +44,7 @@ def namespace_drops(ns: str) -> dict[str, int]:
 @dataclass
 class DropSnapshot:
     counters: dict[str, int]
-    delayline: int
+    delayline: dict[str, int]  # the delay line's loss counters by direction and kind
     bottleneck: int  # the buffer's own drops (a qdisc counter, or the line shaper's)
 
 
@@ -75,7 +75,7 @@ class DropMonitor(Monitor[DropSummary]):
         counters: dict[str, int] = {}
         for ns in self.net.namespaces:
             counters.update(namespace_drops(ns))
-        delayline = self.net.delayline.drops() if self.net.delayline else 0
+        delayline = self.net.delayline.drop_counts() if self.net.delayline else {}
         return DropSnapshot(counters, delayline, self.net.bottleneck.leaf_drops())
 
     def _begin(self) -> None:
@@ -93,6 +93,7 @@ class DropMonitor(Monitor[DropSummary]):
             d = v - a.counters.get(key, 0)
             if d and key not in own:
                 outside[key] = d
-        if b.delayline - a.delayline:
-            outside["delay line"] = b.delayline - a.delayline
+        for key, v in b.delayline.items():
+            if v - a.delayline.get(key, 0):
+                outside[f"delay line {key}"] = v - a.delayline.get(key, 0)
         return DropSummary(b.bottleneck - a.bottleneck, outside)

@@ -51,8 +51,10 @@ def cli_handlers() -> Iterator[None]:
         signal.signal(s, h)
 
 
-def experiment(out: Path, signum: int) -> Experiment:
-    ex = Experiment(DumbbellConfig(hosts=1, rtt_ms=[20.0]), "delayline", "measure", out, say=lambda s: None)
+def experiment(out: Path, signum: int, saves: bool = True) -> Experiment:
+    ex = Experiment(
+        DumbbellConfig(hosts=1, rtt_ms=[20.0]), "delayline", "measure", out, say=lambda s: None, saves_result=saves
+    )
     ex.net = SignalledNet(signum)  # type: ignore[assignment]
     ex.drop_monitor = Drops()  # type: ignore[assignment]
     return ex
@@ -94,3 +96,13 @@ def test_a_deferral_nobody_released_still_delivers(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         release_deferred_signals()
     assert not _DEFERRALS
+
+
+def test_an_experiment_without_a_result_lets_the_signal_act_after_its_teardown(tmp_path: Path) -> None:
+    """verify and flows never call finish(): the signal must not stay held for the rest of the
+    process (`bufsize quick` runs a sweep after its verify)."""
+    ex = experiment(tmp_path, signal.SIGINT, saves=False)
+    with pytest.raises(KeyboardInterrupt):
+        ex.__exit__(None, None, None)
+    assert not _DEFERRALS
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -180,10 +180,15 @@ class DelayLine:
         except (OSError, ValueError):
             return {}
 
-    def drops(self) -> int:
+    DROP_KEYS = ("drop_pool_full", "drop_oversize", "drop_send_error", "drop_kernel")
+
+    def drop_counts(self) -> dict[str, int]:
+        """Its loss counters by direction and kind ("forward drop_kernel": frames the socket lost)."""
         s = self.stats()
-        keys = ("drop_pool_full", "drop_oversize", "drop_send_error", "drop_kernel")
-        return sum(int(s.get(d, {}).get(k, 0)) for d in ("forward", "reverse") for k in keys)
+        return {f"{d} {k}": int(s.get(d, {}).get(k, 0)) for d in ("forward", "reverse") for k in self.DROP_KEYS}
+
+    def drops(self) -> int:
+        return sum(self.drop_counts().values())
 
     def stop(self) -> dict:
         """End the process and return its final counters."""

@@ -104,6 +104,7 @@ struct slot {
 
 struct cost {
 	uint64_t call_ns, frame_ns;
+	uint64_t last_ns; /* when such a call last ended */
 };
 
 struct dir {
@@ -187,6 +188,13 @@ static uint64_t yield_at_ns;
 #define YIELD_GUARD_NS 3000ull  /* margin for the clock reading and the loop back to the send */
 #define STATS_COST_NS 100000ull /* writing the stats file: deferred while a departure is this near */
 #define COST_START_NS 1000ull   /* the cost estimate before the first measurement */
+/* A call longer than these was preempted or interrupted: counted at the cap, so one outlier
+ * cannot make every later window look too short (input would then wait for the line to drain). */
+#define CALL_CAP_NS 20000ull
+#define FRAME_CAP_NS 4000ull
+/* Work waits for departures at most this long: at 1 Gb/s a frame time (12 us) leaves little room,
+ * and input must still be read as fast as it comes (a full socket drops frames). */
+#define MAX_DEFER_NS 50000ull
 static volatile sig_atomic_t stop_requested;
 
 static void on_signal(int sig) { (void)sig; stop_requested = 1; }
@@ -378,7 +386,7 @@ static void dir_init(struct dir *d, const char *name, uint32_t cap, int key_offs
 	d->key_offset = key_offset;
 	d->default_ns = default_ns;
 	d->min_delay_ns = default_ns;
-	d->rx_cost = d->tx_cost = (struct cost){COST_START_NS, COST_START_NS};
+	d->rx_cost = d->tx_cost = (struct cost){COST_START_NS, COST_START_NS, 0};
 	d->heap = calloc(cap, sizeof *d->heap);
 	d->free_bufs = calloc(cap, sizeof *d->free_bufs);
 	d->frames = calloc(cap, FRAME_MAX); /* untouched pages cost no memory */
@@ -518,6 +526,8 @@ static uint32_t batch_budget(const struct cost *c, uint32_t most)
 	if (!yield_at_ns)
 		return most;
 	uint64_t t = now_ns(), need = YIELD_GUARD_NS + c->call_ns + c->frame_ns;
+	if (t - c->last_ns > MAX_DEFER_NS)
+		return most;
 	if (t + need > yield_at_ns)
 		return 0;
 	uint64_t n = 1 + (yield_at_ns - t - need) / (c->frame_ns ? c->frame_ns : 1);
@@ -531,12 +541,15 @@ static void ewma(uint64_t *avg, uint64_t x)
 
 /* A call that moved no frame (an empty socket) or one frame measures the call's own cost; a
  * bigger batch, what each frame adds to it. */
-static void note_cost(struct cost *c, uint64_t elapsed_ns, int frames)
+static void note_cost(struct cost *c, uint64_t end_ns, uint64_t elapsed_ns, int frames)
 {
-	if (frames <= 1)
-		ewma(&c->call_ns, elapsed_ns);
-	else
-		ewma(&c->frame_ns, elapsed_ns > c->call_ns ? (elapsed_ns - c->call_ns) / (uint64_t)(frames - 1) : 0);
+	c->last_ns = end_ns;
+	if (frames <= 1) {
+		ewma(&c->call_ns, elapsed_ns < CALL_CAP_NS ? elapsed_ns : CALL_CAP_NS);
+	} else {
+		uint64_t per = elapsed_ns > c->call_ns ? (elapsed_ns - c->call_ns) / (uint64_t)(frames - 1) : 0;
+		ewma(&c->frame_ns, per < FRAME_CAP_NS ? per : FRAME_CAP_NS);
+	}
 }
 
 static void line_init(const char *status_path, long slots, double rate_bps, long limit, long burst)
@@ -637,7 +650,7 @@ static int drain_input(struct dir *d, int forward)
 		 * the rest queue behind it one frame time apart (start = max(arrival, free_at)), so the
 		 * paced departures do not depend on it; for the delay stage it is constant per batch. */
 		uint64_t t = now_ns();
-		note_cost(&d->rx_cost, t - t0, got < 0 ? 0 : got);
+		note_cost(&d->rx_cost, t, t - t0, got < 0 ? 0 : got);
 		memset(kept, 0, sizeof kept);
 		for (int i = 0; i < got; i++) {
 			uint32_t r = mm[i].msg_len;
@@ -722,8 +735,10 @@ static uint64_t release_due(struct dir *d)
 				w = send(d->out_fd, iov[i].iov_base, iov[i].iov_len, 0) < 0 ? -1 : 1;
 			else
 				w = sendmmsg(d->out_fd, mm + i, n - i, 0);
-			if (w > 0)
-				note_cost(&d->tx_cost, now_ns() - t0, w);
+			if (w > 0) {
+				uint64_t t1 = now_ns();
+				note_cost(&d->tx_cost, t1, t1 - t0, w);
+			}
 			if (w < 0 && errno == EINTR)
 				continue;
 			if (w < 0) {
@@ -998,7 +1013,7 @@ int main(int argc, char **argv)
 			next = n2;
 		uint64_t t = now_ns();
 		/* The stats file waits for a gap between departures, but not beyond a second interval. */
-		struct cost stats_cost = {STATS_COST_NS, 0};
+		struct cost stats_cost = {STATS_COST_NS, 0, t}; /* never "overdue": its own limit is below */
 		if (t >= next_stats && (batch_budget(&stats_cost, 1) || t >= next_stats + interval_ns)) {
 			write_stats(stats_path, &fwd, &rev, &pacer);
 			next_stats = t + interval_ns;
