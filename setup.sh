@@ -8,12 +8,13 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-APT_PACKAGES=(iproute2 ethtool bridge-utils iputils-ping iperf iperf3 mininet make gcc libc6-dev
+APT_PACKAGES=(iproute2 ethtool bridge-utils iputils-ping iperf iperf3 mininet make gcc libc6-dev git
   python3 python3-venv procps)
 # Only the test command needs these: sshd for the `bufsize remote` test (it starts its own sshd
 # processes inside its own namespaces; the package's service is never started here, and is
-# disabled if this script installed it) and vagrant to validate the Vagrantfile.
-TEST_APT_PACKAGES=(openssh-server)
+# disabled if this script installed it), clang and its runtimes for the delay line's libFuzzer target
+# (topologies/delayline/fuzz_parsers.c) and vagrant to validate the Vagrantfile.
+TEST_APT_PACKAGES=(openssh-server clang libclang-rt-dev)
 # Vagrant is optional: newer distributions dropped it after its licence change, and the
 # Vagrantfile test then skips with that reason instead of the whole test command failing.
 OPTIONAL_TEST_APT_PACKAGES=(vagrant)

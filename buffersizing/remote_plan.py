@@ -216,6 +216,28 @@ class BadPoint(Exception):
     """A pulled point that does not belong in the merged sweep (it is left out and reported)."""
 
 
+# A point directory is 2-16 MB here (800 flows' cwnd traces the most); a pulled archive or its
+# unpacked files beyond these are refused, not read: a remote machine is not trusted with our disk.
+MAX_POINT_ARCHIVE_BYTES = 512 * 2**20
+MAX_POINT_UNPACKED_BYTES = 2 * 2**30
+MAX_POINT_MEMBERS = 10_000
+
+
+def printable(text: str) -> str:
+    """Text from another machine made safe to print: control characters (terminal escapes,
+    carriage returns that overwrite a line) shown as \\xNN."""
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}" for c in text)
+
+
+def sha256_of(path: Path) -> str:
+    """The file's SHA-256, read in chunks (an archive is never held in memory whole)."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def unpack_point(archive: Path, point: Point, into: Path) -> Path:
     """Check a pulled point's tarball member by member and unpack it into `into`: only regular files
     and directories, all under the point's own directory (a remote machine is not trusted to write
@@ -223,7 +245,16 @@ def unpack_point(archive: Path, point: Point, into: Path) -> Path:
     name = point_name(point)
     try:
         with tarfile.open(archive, "r:gz") as tar:
-            members = tar.getmembers()
+            members = []
+            total = 0
+            for m in tar:  # read member by member: a bomb is stopped at the cap, not listed whole
+                members.append(m)
+                total += m.size
+                if len(members) > MAX_POINT_MEMBERS or total > MAX_POINT_UNPACKED_BYTES:
+                    raise BadPoint(
+                        f"its archive unpacks to more than {MAX_POINT_MEMBERS} files or "
+                        f"{MAX_POINT_UNPACKED_BYTES >> 20} MB"
+                    )
             for m in members:
                 parts = Path(m.name).parts
                 if Path(m.name).is_absolute() or not parts or parts[0] != name or ".." in parts:

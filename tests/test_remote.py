@@ -370,8 +370,8 @@ def test_two_machines_one_unreachable_the_other_runs_and_merges_every_point(tmp_
         Command(out=b"alive 0\npoints \ncurrent \n"),  # watch
         Command(out=b"4242\n"),  # start
         Command(out=b"alive 0\npoints 2:1,4:1\ncurrent point 2/2: N=4 run 1\ndone n0002-run1\ndone n0004-run1\n"),
-        Command(out=f"{sha2}  x\n".encode()), Command(), Command(out=manifest.encode()),  # pack, rm, manifest
-        Command(out=f"{sha4}  x\n".encode()), Command(),  # pack, rm
+        Command(out=f"{sha2}  -\n{len(blob2)}\n".encode()), Command(), Command(out=manifest.encode()),  # pack, rm, ...
+        Command(out=f"{sha4}  -\n{len(blob4)}\n".encode()), Command(),  # pack, rm
     ]  # fmt: skip
     with MockRemote(enable_sftp=True) as remote:
         a = Session(host="10.0.0.1", commands=a_cmds, enable_sftp=True)
@@ -405,7 +405,7 @@ def test_a_machine_lost_part_way_keeps_what_was_merged_and_names_what_was_not(tm
     cmds = [
         *prepare_commands(), Command(out=b"alive 0\n"), Command(out=b"alive 0\n"), Command(out=b"77\n"),
         Command(out=b"alive 1\npoints 2:1,4:1\ncurrent point 2/2: N=4 run 1\ndone n0002-run1\n"),
-        Command(out=f"{sha2}  x\n".encode()), Command(), Command(out=manifest.encode()), lost,
+        Command(out=f"{sha2}  -\n{len(blob2)}\n".encode()), Command(), Command(out=manifest.encode()), lost,
     ]  # fmt: skip
     with MockRemote(enable_sftp=True) as remote:
         a = Session(host="10.0.0.1", commands=cmds, enable_sftp=True)
@@ -436,8 +436,8 @@ def test_resume_pulls_what_finished_there_and_restarts_only_what_did_not(tmp_pat
     cmds = [
         *prepare_commands(), Command(out=before), Command(out=before),
         Command(out=b"99\n"), Command(out=before.replace(b"alive 0", b"alive 1")),  # start N=8 only, look
-        Command(out=f"{sha4}  x\n".encode()), Command(), Command(out=manifest.encode()),  # pull N=4
-        Command(out=before + b"done n0008-run1\n"), Command(out=f"{sha8}  x\n".encode()), Command(),
+        Command(out=f"{sha4}  -\n{len(blob4)}\n".encode()), Command(), Command(out=manifest.encode()),  # pull N=4
+        Command(out=before + b"done n0008-run1\n"), Command(out=f"{sha8}  -\n{len(blob8)}\n".encode()), Command(),
     ]  # fmt: skip
     with MockRemote(enable_sftp=True) as remote:
         a = Session(host="10.0.0.1", commands=cmds, enable_sftp=True)
