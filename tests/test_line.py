@@ -154,3 +154,21 @@ def test_status_read_waits_out_a_writer_mid_update_and_gives_up_on_a_stuck_one(t
         assert len(got) == len(LAYOUT.unpack_from(status.map, 0))
     finally:
         status.close()
+
+
+def test_two_lines_never_share_a_cpu(no_leftovers):
+    """A second run's line takes a CPU no live line holds, or is refused (issue 32)."""
+    from topologies.errors import MachineError
+
+    with Dumbbell(DumbbellConfig(hosts=1, rtt_ms=[1.0]), "delayline") as first:
+        held = os.sched_getaffinity(first.delayline.proc.pid)
+        assert len(held) == 1
+        free = (os.sched_getaffinity(0) | held) - held
+        line = DumbbellConfig(hosts=1, rtt_ms=[1.0], shaper="line")
+        if len(free) >= 2:  # room for another line and the rest
+            with Dumbbell(line, "delayline") as second:
+                assert os.sched_getaffinity(second.delayline.proc.pid).isdisjoint(held)
+        else:
+            with pytest.raises(MachineError, match="needs a CPU of its own"):
+                Dumbbell(line, "delayline").__enter__()
+        assert first.delayline.alive()

@@ -104,8 +104,9 @@ def test_sigkill_leaves_state_that_clean_removes_and_nothing_else(no_leftovers):
     proc = start_verify()
     try:
         st = wait_for_traffic(proc)
-        # A live run of another owner (this test process) must survive the clean as well.
-        with Dumbbell(DumbbellConfig(hosts=1, rtt_ms=[1.0]), "delayline") as live:
+        # A live run of another owner (this test process) must survive the clean as well. HTB: the
+        # verify's line holds the one CPU a line may have here (two lines never share a CPU).
+        with Dumbbell(DumbbellConfig(hosts=1, rtt_ms=[1.0], shaper="htb"), "delayline") as live:
             proc.kill()
             proc.wait(timeout=10)
             assert all(netns.exists(n) for n in st["namespaces"]), "SIGKILL cannot have cleaned up"
@@ -121,6 +122,7 @@ def test_sigkill_leaves_state_that_clean_removes_and_nothing_else(no_leftovers):
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait(timeout=10)  # reaped: a killed owner left a zombie looks alive to the next test
         subprocess.run(["ip", "netns", "delete", foreign], check=False)
 
 

@@ -35,7 +35,7 @@ from topologies.line import NICE as LINE_NICE
 from topologies.line import RTPRIO as LINE_RTPRIO
 from topologies.line import SPIN_US as LINE_SPIN_US
 from topologies.line import LineBottleneck, isolation
-from topologies.proc import is_same_process, popen_dying_with_parent, run
+from topologies.proc import is_running, popen_dying_with_parent, run
 
 __all__ = ["OFFLOADS_OFF", "Dumbbell", "Host", "tcp_sysctls"]
 
@@ -56,8 +56,10 @@ def other_lines_cpus(own_run: str) -> dict[int, str]:
     """CPUs that the line shapers of other live runs are pinned to: {cpu: "run ID, PID n"}."""
     taken: dict[int, str] = {}
     for st in live_runs(exclude=own_run):
+        if not is_running(st.owner_pid, st.owner_start):  # killed, not yet reaped: its line dies with it
+            continue
         for p in st.processes:
-            if p.get("what") != "delay line" or not is_same_process(p["pid"], p.get("start")):
+            if p.get("what") != "delay line" or not is_running(p["pid"], p.get("start")):
                 continue
             try:
                 cpus = os.sched_getaffinity(p["pid"])
@@ -165,20 +167,23 @@ class Dumbbell:
         receiver's TCP, the switch and the senders' TCP for acks) off its CPU with RPS on the two
         ports it sends into, and pin it to that CPU (topologies/line.py has the measurements)."""
         how = {"spin_us": LINE_SPIN_US, "rtprio": LINE_RTPRIO, "nice": LINE_NICE}
-        iso = isolation(os.sched_getaffinity(0))
+        taken = other_lines_cpus(self.state.run_id)
+        # CPUs held by other lines count as this process's (an earlier dumbbell of this process may
+        # have moved it off one), and none of them takes this run's line or its steered work.
+        cpus = os.sched_getaffinity(0) | set(taken)
+        iso = isolation(cpus)
         if iso is None:
             return how
-        cpu, mask = iso
-        taken = other_lines_cpus(self.state.run_id)
+        cpu, _ = iso
+        free = cpus - set(taken)
         if cpu in taken:
-            free = (os.sched_getaffinity(0) - set(taken)) - {cpu}
             if len(free) < 2:  # the line's own CPU, and one at least for everything else
                 raise MachineError(
                     f"the line shaper needs a CPU of its own, and CPU {cpu} is held by the line of "
                     f"another bufsize run ({taken[cpu]}): wait for it to end, or use --shaper htb"
                 )
             cpu = max(free)
-            mask = sum(1 << c for c in os.sched_getaffinity(0) if c != cpu)
+        mask = sum(1 << c for c in free if c != cpu)
         self._keep_off_cpu(cpu)
         for ns, dev in ((self.switch_ns, self.plan.bottleneck_dev), (self.receiver_ns, self.receiver_dev)):
             # sysfs shows a namespace's devices only when mounted inside it, which `ip netns exec` does.
