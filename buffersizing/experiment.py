@@ -19,7 +19,8 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -302,57 +303,53 @@ class Experiment:
         """The result: the experiment's fields and flags, then what every result carries; written to --out.
 
         A signal that came during the teardown or while this ran is delivered once the result is saved."""
+        with self._signals_after():
+            assert self.drops is not None
+            flags = own_flags | self.flags(reference_mbps, cpu_idle_min)
+            result = {
+                "kind": self.kind,
+                "flows": self.started.flows if self.started else 0,
+                "hosts": self.cfg.hosts,
+                "cc": self.cfg.cc,
+                "nominal_rate_mbps": self.cfg.rate_mbps,
+                "reference_rate_mbps": round(reference_mbps, 3) if reference_mbps is not None else None,
+                **fields,
+                "valid": all(v is not False for v in flags.values()),
+                "flags": flags,
+                "wall_seconds": round(time.monotonic() - self.t_wall, 1),
+                "delay_backend": self.backend,
+                "shaper_choice": self.shaper_choice,
+                "flows_start": (
+                    asdict(self.started) | {"congestion_controls_seen": self.congestion_controls}
+                    if self.started
+                    else None
+                ),
+                "fidelity": self.fidelity,
+                "drops": self.drops.to_dict(),
+                "monitors": self.monitors_summary(),
+                "leftovers_of_dead_runs": self.leftovers,
+                "other_runs_live": self.other_runs_live,
+                # A signal that arrived after the measurement: the result is whole, the run then stopped.
+                "signal_after_measurement": (
+                    signal.Signals(self.deferred.got[0]).name if self.deferred and self.deferred.got else None
+                ),
+                "options": options,
+                "config": self.cfg.to_dict(),
+                "manifest": machine_manifest(
+                    self.backend, self.cfg.cc, self.cfg.shaper, pacing_applies(self.cfg, self.backend)
+                ),
+            }
+            if self.out is not None:
+                self.write(result, write_extra)
+            return result
+
+    @contextmanager
+    def _signals_after(self) -> Iterator[None]:
         try:
-            return self._finish(fields, own_flags, reference_mbps, cpu_idle_min, options, write_extra)
+            yield
         finally:
             if self.deferred is not None:
                 self.deferred.release()
-
-    def _finish(
-        self,
-        fields: dict,
-        own_flags: dict[str, bool | None],
-        reference_mbps: float | None,
-        cpu_idle_min: float | None,
-        options: dict,
-        write_extra: Callable[[Path], None] | None,
-    ) -> dict:
-        assert self.drops is not None
-        flags = own_flags | self.flags(reference_mbps, cpu_idle_min)
-        result = {
-            "kind": self.kind,
-            "flows": self.started.flows if self.started else 0,
-            "hosts": self.cfg.hosts,
-            "cc": self.cfg.cc,
-            "nominal_rate_mbps": self.cfg.rate_mbps,
-            "reference_rate_mbps": round(reference_mbps, 3) if reference_mbps is not None else None,
-            **fields,
-            "valid": all(v is not False for v in flags.values()),
-            "flags": flags,
-            "wall_seconds": round(time.monotonic() - self.t_wall, 1),
-            "delay_backend": self.backend,
-            "shaper_choice": self.shaper_choice,
-            "flows_start": (
-                asdict(self.started) | {"congestion_controls_seen": self.congestion_controls} if self.started else None
-            ),
-            "fidelity": self.fidelity,
-            "drops": self.drops.to_dict(),
-            "monitors": self.monitors_summary(),
-            "leftovers_of_dead_runs": self.leftovers,
-            "other_runs_live": self.other_runs_live,
-            # A signal that arrived after the measurement: the result is whole, the run then stopped.
-            "signal_after_measurement": (
-                signal.Signals(self.deferred.got[0]).name if self.deferred and self.deferred.got else None
-            ),
-            "options": options,
-            "config": self.cfg.to_dict(),
-            "manifest": machine_manifest(
-                self.backend, self.cfg.cc, self.cfg.shaper, pacing_applies(self.cfg, self.backend)
-            ),
-        }
-        if self.out is not None:
-            self.write(result, write_extra)
-        return result
 
     def write(self, result: dict, write_extra: Callable[[Path], None] | None = None) -> None:
         out = self.out
