@@ -130,7 +130,7 @@ def _create_temp(dir_fd: int, name: str, mode: int) -> tuple[str, int]:
     raise UnsafePath(17, f"no free temporary name beside {name}")
 
 
-def open_new(path: str | os.PathLike[str], append: bool = False, binary: bool = False) -> IO[Any]:
+def open_new(path: str | os.PathLike[str], append: bool = False) -> IO[Any]:
     """A file opened for writing as it goes (a log, a record stream), not through a link.
 
     The name itself is opened with O_NOFOLLOW: a link there makes this fail. Without `append` the
@@ -150,7 +150,7 @@ def open_new(path: str | os.PathLike[str], append: bool = False, binary: bool = 
         os.set_blocking(fd, True)
         if not append:
             os.ftruncate(fd, 0)
-        return os.fdopen(fd, ("a" if append else "w") + ("b" if binary else ""), **({} if binary else {"newline": ""}))
+        return os.fdopen(fd, "a" if append else "w", newline="")
     except BaseException:
         os.close(fd)
         raise

@@ -80,7 +80,7 @@ def _set_global(state: ledger.RunState, name: str, value: str) -> None:
     originals = _load_originals()
     if name not in originals:
         originals[name] = read(name)
-        write_atomic(_originals_path(), json.dumps(originals, indent=1), mode=0o644)
+        write_atomic(_originals_path(), json.dumps(originals, indent=1))
     if name not in state.global_sysctls:
         state.global_sysctls.append(name)
         state.save()
@@ -121,7 +121,7 @@ def _restore(names: set[str]) -> tuple[list[str], list[str]]:
         done.append(f"sysctl {name} restored to {read(name)}")
     if done:
         if originals:
-            write_atomic(_originals_path(), json.dumps(originals, indent=1), mode=0o644)
+            write_atomic(_originals_path(), json.dumps(originals, indent=1))
         else:
             _originals_path().unlink(missing_ok=True)
     return done, []
