@@ -21,16 +21,23 @@ REPO = Path(__file__).resolve().parent
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(REPO))
     try:
-        from buffersizing.cli import main
-        from buffersizing.compat2012 import translate
-        from topologies.errors import UsageError
+        from bufsize.cli import main
+        from bufsize.compat2012 import translate
+        from bufsize.topologies.errors import UsageError
     except ImportError:
         # Run with a python that lacks the dependencies: hand over to the project's virtualenv.
         if VENV_PYTHON.exists() and Path(sys.prefix).resolve() != VENV_PYTHON.parents[1].resolve():
             os.execv(str(VENV_PYTHON), [str(VENV_PYTHON), str(Path(__file__).resolve()), *sys.argv[1:]])
         sys.exit("binary_search.py: dependencies missing; run ./setup.sh first")
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        from bufsize.compat2012 import HELP_2012
+
+        try:
+            main(["search", "--help"])
+        except SystemExit:
+            pass
+        sys.exit(print(HELP_2012, end="") or 0)
     try:
         args, notes = translate(sys.argv[1:])
     except UsageError as e:

@@ -1,6 +1,6 @@
 """Benchmark of the userspace delay line (bsz-delayline) on this machine.
 
-Measures, on a bare wire a -- delay line -- b (topologies.wire):
+Measures, on a bare wire a -- delay line -- b (bufsize.topologies.wire):
   1. the highest rate of 1514-byte frames it carries without loss (iperf2 UDP, rate steps);
   2. the jitter it adds at 62.5 Mb/s: its own release lateness (p50/p99/max, from its stats) and the
      spread of ping RTTs through it beside 62.5 Mb/s of UDP load;
@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from topologies import netns  # noqa: E402
-from topologies.wire import Wire  # noqa: E402
+from bufsize.topologies import netns  # noqa: E402
+from bufsize.topologies.wire import Wire  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 FRAME = 1514

@@ -1,6 +1,6 @@
 """Packets per second per core of the delay line (bsz-delayline), for before/after comparisons.
 
-On a bare wire a -- delay line -- b (topologies.wire), 1514-byte frames a -> b, for each binary
+On a bare wire a -- delay line -- b (bufsize.topologies.wire), 1514-byte frames a -> b, for each binary
 ("variant") and mode:
 
   cpu       its CPU cost per frame at a fixed offered load (--cpu-fps, 50k frames/s): the process's
@@ -65,11 +65,11 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from delayline_bench import FRAME, UDP_PAYLOAD, backlog_drops, snmp_udp  # noqa: E402
 
-from topologies import netns  # noqa: E402
-from topologies.line import NICE as LINE_NICE  # noqa: E402
-from topologies.line import SPIN_US as LINE_SPIN_US  # noqa: E402
-from topologies.line import LineStatus, default_burst_bytes  # noqa: E402
-from topologies.wire import Wire  # noqa: E402
+from bufsize.topologies import netns  # noqa: E402
+from bufsize.topologies.line import NICE as LINE_NICE  # noqa: E402
+from bufsize.topologies.line import SPIN_US as LINE_SPIN_US  # noqa: E402
+from bufsize.topologies.line import LineStatus, default_burst_bytes  # noqa: E402
+from bufsize.topologies.wire import Wire  # noqa: E402
 
 DL_CPU, LOAD_CPU = 1, 0
 LINE_LIMIT = 60_000 * FRAME  # topologies/line.py's MAX_BUFFER_BYTES

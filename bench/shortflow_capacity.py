@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from buffersizing.workload import MSS_BYTES, wire_bytes  # noqa: E402
+from bufsize.shortflows.workload import MSS_BYTES, wire_bytes  # noqa: E402
 
 BUFSIZE = str(REPO / ".venv" / "bin" / "bufsize")
 RATE_MBPS = 200.0

@@ -32,10 +32,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from buffersizing.resultdir import read_finished  # noqa: E402
-from topologies.cleanup import find_leftovers  # noqa: E402
-from topologies.ledger import STATE_DIR  # noqa: E402
-from topologies.proc import is_same_process  # noqa: E402
+from bufsize.resultdir import read_finished  # noqa: E402
+from bufsize.topologies.cleanup import find_leftovers  # noqa: E402
+from bufsize.topologies.ledger import STATE_DIR  # noqa: E402
+from bufsize.topologies.proc import is_same_process  # noqa: E402
 
 BUFSIZE = str(REPO / ".venv" / "bin" / "bufsize")
 FLOWS = [2, 4, 8]

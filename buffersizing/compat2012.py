@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import argparse
 
-from buffersizing.presets import hardware_cc
-from topologies.errors import UsageError
+from bufsize.longlived.presets import hardware_cc
+from bufsize.topologies.errors import UsageError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,6 +37,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", "-d")
     p.add_argument("--iperf")
     return p
+
+
+# What `binary_search.py --help` adds after `bufsize search`'s options: each 2012 option, what it becomes.
+HELP_2012 = """
+2012 options (the Mininet-HiFi buffersizing script's; translated, and today's options may be mixed in):
+  --bw-net, -b MBPS   bottleneck rate                      -> --rate-mbps MBPS
+  --bw-host, -B MBPS  each host's access link rate         -> --access-mbps MBPS
+  --delay MS          one-way delay on each sender's link  -> --rtt-ms 2*MS (43.5 gave the 87 ms RTT)
+  -n NODES            nodes including the receiver         -> --hosts NODES-1
+  --nflows K          flows per sender (needs -n)          -> --flows K*(NODES-1)
+  --maxq PACKETS      the largest buffer the search tries  -> --max-buffer-packets PACKETS
+  --cong CC           congestion control                   -> --cc CC (bic -> cubic where the kernel has no bic)
+  --dir, -d DIR       where results go                     -> --out DIR
+  --iperf PATH        the patched iperf                    -> ignored (iperf 2.1's --txdelay-time replaced the patch)
+"""
 
 
 def translate(argv: list[str]) -> tuple[list[str], list[str]]:

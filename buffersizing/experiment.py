@@ -24,23 +24,23 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
-from buffersizing.manifest import machine_manifest
-from buffersizing.resultdir import write_json_atomic
-from buffersizing.traffic import FlowStart, LongFlows
-from monitors.cpu import MIN_IDLE
-from monitors.drops import DropMonitor, DropSummary
-from monitors.fidelity import MIN_BUSY_GAPS, FidelityMonitor
-from monitors.plots import plot_run, write_fidelity_csv
-from monitors.recorder import Recorder, Recording, summary, write_csvs
-from topologies import FRAME_BYTES
-from topologies.cleanup import SignalsDeferred, find_leftovers
-from topologies.config import MAX_RATE_MBPS, DumbbellConfig, line_capacity_warning, shaper_choice
-from topologies.description import pacing_applies
-from topologies.dumbbell import Dumbbell
-from topologies.errors import RunError, UsageError
-from topologies.ledger import live_runs
-from topologies.proc import sleep_checked
-from topologies.safefiles import make_dirs
+from bufsize.longlived.traffic import FlowStart, LongFlows
+from bufsize.manifest import machine_manifest
+from bufsize.monitors.cpu import MIN_IDLE
+from bufsize.monitors.drops import DropMonitor, DropSummary
+from bufsize.monitors.fidelity import MIN_BUSY_GAPS, FidelityMonitor
+from bufsize.monitors.plots import plot_run, write_fidelity_csv
+from bufsize.monitors.recorder import Recorder, Recording, summary, write_csvs
+from bufsize.resultdir import write_json_atomic
+from bufsize.topologies import FRAME_BYTES
+from bufsize.topologies.cleanup import SignalsDeferred, find_leftovers
+from bufsize.topologies.config import MAX_RATE_MBPS, DumbbellConfig, line_capacity_warning, shaper_choice
+from bufsize.topologies.description import pacing_applies
+from bufsize.topologies.dumbbell import Dumbbell
+from bufsize.topologies.errors import RunError, UsageError
+from bufsize.topologies.ledger import live_runs
+from bufsize.topologies.proc import sleep_checked
+from bufsize.topologies.safefiles import make_dirs
 
 GOOD_REFERENCE = 0.97  # of the nominal rate: below this the result is flagged
 MAX_FIDELITY_GT10 = 0.10  # fraction of gaps >10 % off ideal above which pacing is flagged (2012: 6-8 %)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from buffersizing.experiment import Experiment, Say
-from topologies.config import DumbbellConfig
-from topologies.units import check_number
+from bufsize.experiment import Experiment, Say
+from bufsize.topologies.config import DumbbellConfig
+from bufsize.topologies.units import check_number
 
 # The bottleneck rate reported is bytes over the run: under a second it says little about
 # whether the flows are carrying data.

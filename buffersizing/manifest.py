@@ -10,10 +10,10 @@ import re
 import time
 from pathlib import Path
 
-from topologies.description import OFFLOADS_OFF
-from topologies.errors import RunError
-from topologies.machine import available_congestion_controls, kernel_has_module, tool_version
-from topologies.proc import run
+from bufsize.topologies.description import OFFLOADS_OFF
+from bufsize.topologies.errors import RunError
+from bufsize.topologies.machine import available_congestion_controls, kernel_has_module, tool_version
+from bufsize.topologies.proc import run
 
 REPO = Path(__file__).resolve().parents[1]
 # `bufsize remote` ships a commit as `git archive` output, which has no .git: it writes the commit

@@ -10,11 +10,18 @@ from __future__ import annotations
 import argparse
 import math
 
-from buffersizing.presets import PRESETS
-from topologies import FRAME_BYTES
-from topologies.config import DELAY_BACKENDS, MAX_HOSTS, PACER_DEFAULT, SHAPER_CHOICES, DumbbellConfig, parse_rtts
-from topologies.errors import UsageError
-from topologies.units import MAX_BUFFER_BYTES, packets_to_bytes
+from bufsize.longlived.presets import PRESETS
+from bufsize.topologies import FRAME_BYTES
+from bufsize.topologies.config import (
+    DELAY_BACKENDS,
+    MAX_HOSTS,
+    PACER_DEFAULT,
+    SHAPER_CHOICES,
+    DumbbellConfig,
+    parse_rtts,
+)
+from bufsize.topologies.errors import UsageError
+from bufsize.topologies.units import MAX_BUFFER_BYTES, packets_to_bytes
 
 
 def add_link_args(p: argparse.ArgumentParser, rate: float | None = 62.5, rtt: str | None = "87",

@@ -7,13 +7,13 @@ import sys
 import time
 from pathlib import Path
 
-from buffersizing.report import make_report
-from buffersizing.resultdir import check_out_dir, read_finished
-from buffersizing.sweep import SweepSpec, finished, make_spec, run_sweep
-from buffersizing.verify import format_summary, run_verify
-from topologies.config import DumbbellConfig
-from topologies.machine import format_report, probe
-from topologies.safefiles import write_atomic
+from bufsize.longlived.report import make_report
+from bufsize.longlived.sweep import SweepSpec, clock, finished, format_plan, make_spec, plan, run_sweep
+from bufsize.resultdir import check_out_dir, read_finished
+from bufsize.topologies.config import DumbbellConfig
+from bufsize.topologies.machine import format_report, probe
+from bufsize.topologies.safefiles import write_atomic
+from bufsize.verify import format_summary, run_verify
 
 
 def quick_spec() -> SweepSpec:
@@ -38,7 +38,33 @@ def quick_dir(base: Path, spec: SweepSpec) -> Path:
     return d
 
 
-def run_quick(given: str | Path) -> int:
+VERIFY_S = 5.0
+
+
+def plan_quick(given: str | Path) -> dict:
+    """What `run_quick` would do, building and writing nothing: the directory it would use (the cut-short
+    latest run it would resume, or a new one), the verify step, and the sweep's plan with its estimate."""
+    spec = quick_spec()
+    base = check_out_dir(given, create=False)
+    latest = base / "latest"
+    manifest = read_finished(latest / "manifest.json") if latest.is_dir() else None
+    resume = manifest is not None and manifest.get("spec") == spec.to_dict()
+    resume = resume and not all(finished(latest, n, r) for n, r in spec.points())
+    out = latest.resolve() if resume else base / time.strftime("%Y-%m-%d-%H%M%S")
+    sweep = plan(out, spec, None)
+    setup_s = VERIFY_S + 20  # doctor, building the verify dumbbell, its RTT and rate tests
+    total = sweep["estimate_s"] + setup_s
+    text = "\n".join([
+        f"the main job: doctor, verify ({VERIFY_S:g} s of rate test on 2 hosts at RTT 87 ms), then the quick sweep",
+        f"into {out}/" + (" (resuming the cut-short latest run)" if resume else " (a new directory)"),
+        format_plan(sweep),
+        f"about {clock(total)} in all ({sweep['estimate_basis']}; the committed quick runs took 16 to 19 min)",
+    ])  # fmt: skip
+    return {"out": str(out), "resume": resume, "verify_s": VERIFY_S, "sweep": sweep, "estimate_s": total, "text": text}
+
+
+def run_quick(given: str | Path) -> tuple[int, Path | None]:
+    """The main job; its exit status and the run's directory (None when it stopped before making one)."""
     t0 = time.monotonic()
     spec = quick_spec()
     base = check_out_dir(given)
@@ -47,15 +73,15 @@ def run_quick(given: str | Path) -> int:
     print(format_report(caps))
     write_atomic(out / "doctor.json", json.dumps(caps.to_dict(), indent=1) + "\n")
     if caps.problems:
-        return 1
+        return 1, out
     cfg = DumbbellConfig(hosts=2, rtt_ms=[87.0, 87.0], cc=spec.cc)
     backend = cfg.backend()
     print(f"\n== verify: {cfg.hosts} hosts, RTT 87 ms, {cfg.rate_mbps:g} Mb/s")
-    s = run_verify(cfg, backend, duration=5.0, out=out)
+    s = run_verify(cfg, backend, duration=VERIFY_S, out=out)
     print(format_summary(s))
     if not s["ok"]:
         print("the emulated path is not within tolerance; not running the sweep on it", file=sys.stderr)
-        return 1
+        return 1, out
     print(f"\n== quick replication: N = {', '.join(map(str, spec.flows))}, cc {spec.cc}, into {out}/")
     res = run_sweep(out, spec, backend)
     paths = make_report(out) if res["finished"] else []
@@ -65,4 +91,4 @@ def run_quick(given: str | Path) -> int:
     if paths:
         print("\n" + (out / "table.md").read_text())
     print(f"main job finished in {(time.monotonic() - t0) / 60:.1f} min; results in {out}/")
-    return 0 if not res["failed"] else 1
+    return (0 if not res["failed"] else 1), out

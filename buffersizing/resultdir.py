@@ -8,21 +8,24 @@ is written through a link another user could have planted (topologies/safefiles.
 
 from __future__ import annotations
 
+import csv
 import fcntl
+import io
 import json
 import os
 from pathlib import Path
 
-from topologies.errors import UsageError
-from topologies.safefiles import UnsafePath, make_dirs, open_lock_file, write_atomic
+from bufsize.topologies.errors import UsageError
+from bufsize.topologies.safefiles import UnsafePath, make_dirs, open_lock_file, write_atomic
 
 PSEUDO_FILESYSTEMS = ("/proc", "/sys", "/dev")
 NAME_MAX = 255  # bytes per name and per path on Linux (limits.h)
 PATH_MAX = 4096
 
 
-def check_out_dir(given: str | Path, name: str = "--out") -> Path:
+def check_out_dir(given: str | Path, name: str = "--out", create: bool = True) -> Path:
     """Make sure `given` is a writable directory (creating it); a one-line UsageError otherwise.
+    create=False (a --dry-run) checks only what can be checked without creating or locking anything.
 
     Pass the string as typed: Path("") is ".", and an empty --out must not mean the current directory.
     `--out` itself must not be a symbolic link (the links on the way to it may be the system's own:
@@ -43,6 +46,8 @@ def check_out_dir(given: str | Path, name: str = "--out") -> Path:
         raise UsageError(f"{name} {path}: {what}")
     if path.exists() and not path.is_dir():
         raise UsageError(f"{name} {path}: exists and is not a directory")
+    if not create:
+        return path
     try:
         make_dirs(path)
     except UnsafePath as e:
@@ -100,3 +105,15 @@ def read_finished(path: Path) -> dict | None:
     except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def table_rows(out: Path | None) -> list[dict[str, str]]:
+    """The rows of `out`/table.csv (what --json prints after a command that writes a table); none
+    if it was not written. Read whole and closed at once."""
+    if out is None:
+        return []
+    try:
+        text = (out / "table.csv").read_text()
+    except FileNotFoundError:
+        return []
+    return list(csv.DictReader(io.StringIO(text)))

@@ -14,14 +14,14 @@ import sys
 import time
 from typing import Any, TextIO
 
-from buffersizing import options
-from topologies.config import DumbbellConfig
-from topologies.counters import rate_mbps
-from topologies.dumbbell import Dumbbell
-from topologies.errors import UsageError
-from topologies.machine import require_root
-from topologies.mininet_adapter import import_mininet, make_view
-from topologies.units import MAX_BUFFER_BYTES, bytes_to_packets, check_number, packets_to_bytes
+from bufsize import options
+from bufsize.topologies.config import DumbbellConfig
+from bufsize.topologies.counters import rate_mbps
+from bufsize.topologies.dumbbell import Dumbbell
+from bufsize.topologies.errors import UsageError
+from bufsize.topologies.machine import require_root
+from bufsize.topologies.mininet_adapter import import_mininet, make_view
+from bufsize.topologies.units import MAX_BUFFER_BYTES, bytes_to_packets, check_number, packets_to_bytes
 
 MONITOR_EVERY_S = 0.1
 MAX_MONITOR_S = 3600.0

@@ -10,17 +10,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from buffersizing.experiment import Experiment, Say
-from buffersizing.manifest import machine_manifest
-from buffersizing.resultdir import write_json_atomic
-from buffersizing.traffic import LongFlows
-from topologies import netns
-from topologies.config import DumbbellConfig
-from topologies.counters import InterfaceCounters, rate_mbps
-from topologies.dumbbell import Dumbbell, Host
-from topologies.errors import RunError
-from topologies.proc import run, sleep_checked
-from topologies.units import check_number
+from bufsize.experiment import Experiment, Say
+from bufsize.longlived.traffic import LongFlows
+from bufsize.manifest import machine_manifest
+from bufsize.resultdir import write_json_atomic
+from bufsize.topologies import netns
+from bufsize.topologies.config import DumbbellConfig
+from bufsize.topologies.counters import InterfaceCounters, rate_mbps
+from bufsize.topologies.dumbbell import Dumbbell, Host
+from bufsize.topologies.errors import RunError
+from bufsize.topologies.proc import run, sleep_checked
+from bufsize.topologies.units import check_number
 
 # Tolerances of the issue: min RTT within 1 % + 0.3 ms, rate within 97..101 % of configured.
 RTT_REL_TOL = 0.01

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from monitors.base import Monitor
+from bufsize.monitors.base import Monitor
 
 # Below this idle share of all cores, timers and softirqs of the emulation may run late: flag the run.
 MIN_IDLE = 0.10

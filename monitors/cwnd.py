@@ -14,13 +14,20 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from monitors.base import Monitor
-from topologies.cleanup import remove_trace_instance
-from topologies.ledger import RunState
-from topologies.tracefs import INSTANCE_PREFIX, instance_overruns, tracefs_root, tracepoints
+from bufsize.monitors.base import Monitor
+from bufsize.topologies.cleanup import remove_trace_instance
+from bufsize.topologies.ledger import RunState
+from bufsize.topologies.tracefs import (
+    INSTANCE_PREFIX,
+    check_all_parsed,
+    instance_overruns,
+    tracefs_root,
+    tracepoints,
+)
 
 # Every field spelled out (the tracepoint's print format since 4.16): no backtracking, about 1 us a
-# line, which matters at thousands of ACKs a second. A format that differs simply matches nothing.
+# line, which matters at thousands of ACKs a second. A line that does not match stops the trace
+# with the line shown (check_all_parsed), never a run read as one without events.
 EVENT = re.compile(
     rb" (\d+\.\d+): tcp_probe: family=\S+ src=(\S+) dest=\S+ mark=\S+ data_len=\d+ snd_nxt=\S+ "
     rb"snd_una=\S+ snd_cwnd=(\d+) ssthresh=(\d+) snd_wnd=\d+ srtt=(\d+)"
@@ -42,7 +49,9 @@ class CwndEvent:
 
 def parse_raw(chunk: bytes) -> list[tuple[bytes, bytes, bytes, bytes, bytes]]:
     """(time, flow, cwnd, ssthresh, srtt_us) of each event, undecoded: the recorder converts only what it keeps."""
-    return EVENT.findall(chunk)
+    events = EVENT.findall(chunk)
+    check_all_parsed(chunk, "tcp_probe", len(events), EVENT)
+    return events
 
 
 def parse(chunk: bytes) -> list[CwndEvent]:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from monitors.base import Monitor
-from topologies import netns
-from topologies.dumbbell import Dumbbell
+from bufsize.monitors.base import Monitor
+from bufsize.topologies import netns
+from bufsize.topologies.dumbbell import Dumbbell
 
 
 def _short(ns: str) -> str:

@@ -18,11 +18,18 @@ import statistics
 import time
 from pathlib import Path
 
-from monitors.base import Monitor
-from topologies import FRAME_BYTES
-from topologies.cleanup import remove_trace_instance
-from topologies.ledger import RunState
-from topologies.tracefs import INSTANCE_PREFIX, instance_overruns, tracefs_root, tracepoints
+from bufsize.monitors.base import Monitor
+from bufsize.topologies import FRAME_BYTES
+from bufsize.topologies.cleanup import remove_trace_instance
+from bufsize.topologies.ledger import RunState
+from bufsize.topologies.tracefs import (
+    INSTANCE_PREFIX,
+    TraceFormatError,
+    check_all_parsed,
+    instance_overruns,
+    tracefs_root,
+    tracepoints,
+)
 
 LINE = re.compile(r"\s(\d+\.\d+): net_dev_xmit: dev=(\S+) skbaddr=\S+ len=(\d+)")
 THRESHOLDS = (10, 25, 50, 100)
@@ -68,7 +75,7 @@ class FidelityMonitor(Monitor[tuple[dict, list[float]]]):
     def _begin(self) -> None:
         try:
             self._enable()
-        except (FidelityUnavailable, OSError) as e:
+        except (FidelityUnavailable, TraceFormatError, OSError) as e:
             self.error = str(e)
             self._remove()
 
@@ -97,11 +104,12 @@ class FidelityMonitor(Monitor[tuple[dict, list[float]]]):
                 seconds = round(time.monotonic() - self.t0, 2)
                 text = (self.dir / "trace").read_text()
                 times = [float(m.group(1)) for m in LINE.finditer(text)]
+                check_all_parsed(text, "net_dev_xmit", len(times), LINE)
                 # Departures the full ring buffer dropped: a hole reads as one idle gap, left out of
                 # the busy gaps, but the count says the trace ran longer than its buffer.
                 head = {"available": True, "seconds": seconds, "overruns": instance_overruns(self.dir)}
                 return head | summarize(times, self.rate_mbps), times
-        except (FidelityUnavailable, OSError) as e:
+        except (FidelityUnavailable, TraceFormatError, OSError) as e:
             self.error = str(e)
         finally:
             self._remove()

@@ -13,11 +13,12 @@ import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from monitors.fidelity import reference_2012
-from topologies import FRAME_BYTES
-from topologies.safefiles import atomic_text, save_figure
+from bufsize.monitors.fidelity import reference_2012
+from bufsize.topologies import FRAME_BYTES
+from bufsize.topologies.projectfiles import REFERENCE_DIR
+from bufsize.topologies.safefiles import atomic_text, save_figure
 
-FIDELITY_2012 = Path(__file__).resolve().parents[1] / "results" / "reference" / "mininet-hifi-2012-dequeue-fidelity.tsv"
+FIDELITY_2012 = REFERENCE_DIR / "mininet-hifi-2012-dequeue-fidelity.tsv"
 MAX_FLOWS_DRAWN = 8
 
 
@@ -43,10 +44,6 @@ def _save(fig, path: Path, out: list[Path]) -> None:
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
     out.append(path)
-
-
-def normal_pdf(x: float, mu: float, sd: float) -> float:
-    return math.exp(-0.5 * ((x - mu) / sd) ** 2) / (sd * math.sqrt(2 * math.pi))
 
 
 def hist_limit(rows: list[dict[str, str]], prefer_bytes: float | None) -> float | None:
@@ -140,7 +137,13 @@ def plot_run(d: Path, title: str | None = None) -> list[Path]:
             )
             ax.hist(sel, bins=min(40, max(10, len(sel) // 20)), density=True, alpha=0.6, label="measured")
             xs = [mu - 4 * sd + i * sd / 25 for i in range(201)]
-            ax.plot(xs, [normal_pdf(x, mu, sd) for x in xs], "k-", lw=1, label=f"normal fit N({mu:.0f}, {sd:.0f}²)")
+            ax.plot(
+                xs,
+                [statistics.NormalDist(mu, sd).pdf(x) for x in xs],
+                "k-",
+                lw=1,
+                label=f"normal fit N({mu:.0f}, {sd:.0f}²)",
+            )
             if bdp:
                 # Below the BDP the link idles; above BDP + buffer the queue overflows (seed 000 Fig 8).
                 ax.axvline(bdp, color="g", ls="--", lw=0.8, label="BDP")
@@ -194,7 +197,7 @@ def plot_run(d: Path, title: str | None = None) -> list[Path]:
 
 
 def write_fidelity_csv(times: list[float], rate_mbps: float, path: Path) -> None:
-    from monitors.fidelity import IDLE_GAP_FRAMES
+    from bufsize.monitors.fidelity import IDLE_GAP_FRAMES
 
     ideal_us = FRAME_BYTES * 8 / rate_mbps
     with atomic_text(path) as f:

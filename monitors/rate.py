@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from topologies.counters import InterfaceCounters, rate_mbps
+from bufsize.topologies.counters import InterfaceCounters, rate_mbps
 
 
 @dataclass(frozen=True)

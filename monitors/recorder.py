@@ -19,13 +19,13 @@ from pathlib import Path
 
 import psutil
 
-from monitors.base import Monitor
-from monitors.cpu import share_between
-from monitors.cwnd import CwndTrace, CwndUnavailable
-from topologies.bottleneck import Bottleneck
-from topologies.ledger import RunState
-from topologies.qdisc_stats import QdiscSample
-from topologies.safefiles import atomic_text, make_dirs
+from bufsize.monitors.base import Monitor
+from bufsize.monitors.cpu import share_between
+from bufsize.monitors.cwnd import CwndTrace, CwndUnavailable
+from bufsize.topologies.bottleneck import Bottleneck
+from bufsize.topologies.ledger import RunState
+from bufsize.topologies.qdisc_stats import QdiscSample
+from bufsize.topologies.safefiles import atomic_text, make_dirs
 
 STALE_S = 10.0  # seconds without a cwnd event after which a flow leaves the snapshots
 

@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 from conftest import BUFSIZE, ours, run_states
 
-from buffersizing import cli, shell, shortflow_cli
+from bufsize import cli, commands, shell
+from bufsize.shortflows import cli as shortflow_cli
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = "<out>"  # replaced by a fresh path under tmp_path that must not exist afterwards
@@ -168,16 +169,16 @@ class ReachedRoot(Exception):
 def in_process(monkeypatch, tmp_path, capsys):
     """Run `cli.main` here; anything past validation trips ReachedRoot before touching the machine."""
 
-    def tripwire(*_args: object) -> None:
+    def tripwire(*_args: object, **_kw: object) -> None:
         raise ReachedRoot
 
-    monkeypatch.setattr(cli, "require_root", tripwire)
-    monkeypatch.setattr(cli, "delay_backend", tripwire)
+    monkeypatch.setattr(commands, "require_root", tripwire)
+    monkeypatch.setattr(commands, "delay_backend", tripwire)
     monkeypatch.setattr(shell, "require_root", tripwire)
     monkeypatch.setattr(shortflow_cli, "require_root", tripwire)
-    monkeypatch.setattr("buffersizing.remote.check_out_dir", tripwire)  # remote: past validation, commit included
-    monkeypatch.setattr("topologies.config.delay_backend", tripwire)  # DumbbellConfig.backend()
-    monkeypatch.setattr("topologies.machine.qdisc_support", tripwire)
+    monkeypatch.setattr("bufsize.remote.run.check_out_dir", tripwire)  # remote: past validation, commit included
+    monkeypatch.setattr("bufsize.topologies.config.delay_backend", tripwire)  # DumbbellConfig.backend()
+    monkeypatch.setattr("bufsize.topologies.machine.qdisc_support", tripwire)
     monkeypatch.setattr(cli.signal, "signal", lambda *a: None)  # main's handlers are for a whole process
     monkeypatch.chdir(tmp_path)  # plot's 'nan', 'inf', ... are paths relative to here
 

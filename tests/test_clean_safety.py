@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from topologies import cleanup, netns
-from topologies.proc import net_ns_id, start_time, stop_process
+from bufsize.topologies import cleanup, netns
+from bufsize.topologies.proc import net_ns_id, start_time, stop_process
 
 
 @pytest.mark.integration

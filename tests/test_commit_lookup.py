@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from buffersizing import manifest
-from buffersizing.manifest import REPO, head_from_files, project_commit
+from bufsize import manifest
+from bufsize.manifest import REPO, head_from_files, project_commit
 
 
 def git_head(repo: Path) -> str:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from conftest import ours, run_states
 
-from buffersizing.compat2012 import translate
-from buffersizing.presets import hardware_cc
-from topologies.errors import UsageError
+from bufsize.compat2012 import translate
+from bufsize.longlived.presets import hardware_cc
+from bufsize.topologies.errors import UsageError
 
 SCRIPT = str(Path(__file__).resolve().parents[1] / "binary_search.py")
 SWEEP_2012 = ["--bw-net", "62.5", "--delay", "43.5", "-n", "3", "--nflows", "400", "--maxq", "100", "--cong", "bic"]
@@ -44,8 +44,32 @@ def test_print_config_resolves_the_2012_sweep_line_and_builds_nothing():
     res = subprocess.run([sys.executable, SCRIPT, *SWEEP_2012, "--print-config"], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     cfg = json.loads(res.stdout)
-    assert cfg == {"flows": 800, "hosts": 2, "rate_mbps": 62.5, "rtt_ms": 87.0, "access_mbps": 1000.0,
-                   "cc": hardware_cc(), "target": 0.99}  # fmt: skip
+    assert cfg | {"bdp_packets": None} == {
+        "flows": 800, "hosts": 2, "rate_mbps": 62.5, "rtt_ms": 87.0, "access_mbps": 1000.0, "cc": hardware_cc(),
+        "target": 0.99, "max_buffer_packets": 100,  # --maxq, the top of the 2012 search
+        "shaper": "auto", "delay_backend": "auto", "burst_bytes": None, "pacer": cfg["pacer"], "bdp_packets": None,
+        "relative_to": "reference", "samples": 5, "settle_s": None, "sample_s": None, "max_sample_s": 30.0,
+        "resolution": 0.05, "max_samples": 0, "alpha": 0.05, "first_guess": True, "tool": "iperf", "fidelity_s": 2.0,
+    }  # fmt: skip
+    assert cfg["bdp_packets"] == pytest.approx(62.5e6 / 8 * 0.087 / 1514, abs=0.1)
     assert (ours(), run_states()) == before
     bad = subprocess.run([sys.executable, SCRIPT, "--bw-net", "0", "--print-config"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--rate-mbps 0" in bad.stderr
+
+
+def test_help_lists_the_2012_options_with_what_each_becomes():
+    res = subprocess.run([sys.executable, SCRIPT, "--help"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "--flows" in res.stdout  # today's search options
+    section = res.stdout[res.stdout.index("2012") :]
+    for flag, today in [
+        ("--bw-net", "--rate-mbps"),
+        ("--delay", "--rtt-ms"),
+        ("--maxq", "--max-buffer-packets"),
+        ("--nflows", "--flows"),
+        ("--cong", "--cc"),
+        ("--dir", "--out"),
+        ("--iperf", "ignored"),
+    ]:
+        line = next(ln for ln in section.splitlines() if ln.strip().startswith(flag))
+        assert today in line, line  # fmt: skip

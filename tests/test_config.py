@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from buffersizing.options import buffer_from_args
-from topologies import FRAME_BYTES
-from topologies.config import (
+from bufsize.options import buffer_from_args
+from bufsize.topologies import FRAME_BYTES
+from bufsize.topologies.config import (
     LINE_MAX_HOSTS_PER_CPU,
     LINE_MAX_RATE_MBPS_PER_CPU,
     DumbbellConfig,
@@ -15,8 +15,8 @@ from topologies.config import (
     resolve_shaper,
     shaper_choice,
 )
-from topologies.errors import MachineError, UsageError
-from topologies.machine import resolve_backend
+from bufsize.topologies.errors import MachineError, UsageError
+from bufsize.topologies.machine import resolve_backend
 
 
 def test_single_rtt_applies_to_every_host():
@@ -147,7 +147,7 @@ def test_auto_says_why_and_warns_beyond_the_measured_envelope():
 
 
 def test_for_backend_resolves_and_refuses_the_line_under_netem(monkeypatch):
-    monkeypatch.setattr("topologies.config.os.sched_getaffinity", lambda pid: {0, 1})  # as on 2 CPUs
+    monkeypatch.setattr("bufsize.topologies.config.os.sched_getaffinity", lambda pid: {0, 1})  # as on 2 CPUs
     assert DumbbellConfig(shaper="tbf").for_backend("delayline").shaper == "tbf"
     assert DumbbellConfig(shaper="auto").for_backend("delayline").shaper == "line"
     with pytest.raises(UsageError, match="--shaper htb or tbf"):
@@ -167,7 +167,7 @@ def test_auto_delay_backend_is_the_delay_line_for_the_line_even_with_netem():
 
 
 def test_a_sweep_pins_auto_to_the_line_and_names_one_shaper():
-    from buffersizing.sweep import make_spec, sweep_shapers
+    from bufsize.longlived.sweep import make_spec, sweep_shapers
 
     spec = make_spec(None, [2, 100, 800], {"shaper": "auto"}, {})
     assert spec.shaper == "line"
@@ -183,7 +183,7 @@ def test_a_sweep_pins_auto_to_the_line_and_names_one_shaper():
 def test_a_sweep_made_before_the_pin_resumes_and_another_shaper_is_refused(tmp_path):
     import json
 
-    from buffersizing.sweep import check_same_shaper, existing_manifest, make_spec
+    from bufsize.longlived.sweep import check_same_shaper, existing_manifest, make_spec
 
     spec = make_spec(None, [2, 10], {}, {})
     old = spec.to_dict() | {"shaper": "auto"}  # written before sweeps pinned auto

@@ -9,16 +9,14 @@ import sys
 
 import pytest
 
-from buffersizing import course_example as ex
-from topologies import FRAME_BYTES
+from bufsize.course import example as ex
+from bufsize.topologies import FRAME_BYTES
 
 pytestmark = pytest.mark.integration
 
 
 def test_course_example_pings_watches_and_cuts_the_buffer(no_leftovers):
-    res = subprocess.run(
-        [sys.executable, "-m", "buffersizing.course_example"], capture_output=True, text=True, timeout=300
-    )
+    res = subprocess.run([sys.executable, "-m", "bufsize.course.example"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     out = res.stdout
     rtts = [float(t) for t in re.findall(r"[\d.]+", re.search(r"ping h1 -> r1: \[(.*)\] ms", out).group(1))]

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from topologies import netns
-from topologies.delay import HELPER
-from topologies.line import LineStatus
-from topologies.wire import Wire
+from bufsize.topologies import netns
+from bufsize.topologies.delay import HELPER
+from bufsize.topologies.line import LineStatus
+from bufsize.topologies.wire import Wire
 
 pytestmark = pytest.mark.integration
 UDP = str(Path(__file__).with_name("udp_seq.py"))

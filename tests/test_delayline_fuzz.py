@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from topologies.wire import Wire
+from bufsize.topologies.wire import Wire
 
 pytestmark = pytest.mark.integration
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from topologies import FRAME_BYTES, line
-from topologies.config import DumbbellConfig
-from topologies.description import NO_BRIDGE_NETFILTER, DumbbellPlan, host_ip, host_mac
-from topologies.errors import UsageError
-from topologies.line import LineBottleneck
+from bufsize.topologies import FRAME_BYTES, line
+from bufsize.topologies.config import DumbbellConfig
+from bufsize.topologies.description import NO_BRIDGE_NETFILTER, DumbbellPlan, host_ip, host_mac
+from bufsize.topologies.errors import UsageError
+from bufsize.topologies.line import LineBottleneck
 
 RUN_ID = "abc123"
 PREFIX = f"bsz-{RUN_ID}-"

@@ -9,11 +9,11 @@ import time
 import pytest
 from conftest import in_ns
 
-from buffersizing.verify import measure_rtts
-from topologies import FRAME_BYTES, sysctl
-from topologies.config import DumbbellConfig, parse_rtts
-from topologies.counters import InterfaceCounters
-from topologies.dumbbell import Dumbbell
+from bufsize.topologies import FRAME_BYTES, sysctl
+from bufsize.topologies.config import DumbbellConfig, parse_rtts
+from bufsize.topologies.counters import InterfaceCounters
+from bufsize.topologies.dumbbell import Dumbbell
+from bufsize.verify import measure_rtts
 
 pytestmark = pytest.mark.integration
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from buffersizing.dynamics import auto_timing, cycle_seconds
-from topologies import FRAME_BYTES
+from bufsize.longlived.dynamics import auto_timing, cycle_seconds
+from bufsize.topologies import FRAME_BYTES
 
 
 def test_reno_cycle_is_half_a_window_of_round_trips():

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 from conftest import BUFSIZE, bufsize
 
-from topologies import sysctl
-from topologies.counters import IFINFOMSG, RTM_GETLINK
-from topologies.errors import RunError
-from topologies.ledger import ALLOWED_GLOBAL_SYSCTLS, STATE_DIR, live_runs
-from topologies.netlink import NLM_F_REQUEST, RouteSocket
-from topologies.netns import exists as ns_exists
-from topologies.proc import is_running, is_same_process
+from bufsize.topologies import sysctl
+from bufsize.topologies.counters import IFINFOMSG, RTM_GETLINK
+from bufsize.topologies.errors import RunError
+from bufsize.topologies.ledger import ALLOWED_GLOBAL_SYSCTLS, STATE_DIR, live_runs
+from bufsize.topologies.netlink import NLM_F_REQUEST, RouteSocket
+from bufsize.topologies.netns import exists as ns_exists
+from bufsize.topologies.proc import is_running, is_same_process
 
 # 20 Mb/s: a rate the emulation carries even when the machine is briefly slow (at 62.5 Mb/s a CI rehearsal
 # once calibrated at 70 % for a minute and the search rightly refused to run).

@@ -9,9 +9,9 @@ import os
 import pytest
 from conftest import bufsize
 
-from buffersizing import utiltable
-from buffersizing.model import utilization_lower_bound
-from topologies.config import resolve_shaper
+from bufsize.longlived import utiltable
+from bufsize.theory.model import utilization_lower_bound
+from bufsize.topologies.config import resolve_shaper
 
 
 def test_util_table_buffers_are_the_published_packet_counts():

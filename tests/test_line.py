@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from conftest import in_ns
 
-from buffersizing.verify import measure_rtts
-from monitors.drops import DropMonitor
-from topologies import FRAME_BYTES, ledger
-from topologies.config import DumbbellConfig
-from topologies.dumbbell import Dumbbell
+from bufsize.monitors.drops import DropMonitor
+from bufsize.topologies import FRAME_BYTES, ledger
+from bufsize.topologies.config import DumbbellConfig
+from bufsize.topologies.dumbbell import Dumbbell
+from bufsize.verify import measure_rtts
 
 pytestmark = pytest.mark.integration
 
@@ -110,8 +110,8 @@ def test_buffer_changes_in_place_and_drops_are_the_bottlenecks(net):
 
 
 def test_status_page_is_read_whole_and_refuses_a_dead_line(tmp_path: Path):
-    from topologies.errors import RunError
-    from topologies.line import LineStatus
+    from bufsize.topologies.errors import RunError
+    from bufsize.topologies.line import LineStatus
 
     (tmp_path / "empty").write_bytes(b"\0" * 4096)  # no magic: never filled in by a delay line
     with pytest.raises(RunError, match="never filled in"):
@@ -126,8 +126,8 @@ def test_status_read_waits_out_a_writer_mid_update_and_gives_up_on_a_stuck_one(t
     import struct
     import threading
 
-    from topologies.errors import RunError
-    from topologies.line import LAYOUT, MAGIC, OFFSET, LineStatus
+    from bufsize.topologies.errors import RunError
+    from bufsize.topologies.line import LAYOUT, MAGIC, OFFSET, LineStatus
 
     page = bytearray(4096)
     struct.pack_into("=Q", page, OFFSET["magic"], MAGIC)
@@ -158,7 +158,7 @@ def test_status_read_waits_out_a_writer_mid_update_and_gives_up_on_a_stuck_one(t
 
 def test_two_lines_never_share_a_cpu(no_leftovers):
     """A second run's line takes a CPU no live line holds, or is refused (issue 32)."""
-    from topologies.errors import MachineError
+    from bufsize.topologies.errors import MachineError
 
     with Dumbbell(DumbbellConfig(hosts=1, rtt_ms=[1.0]), "delayline") as first:
         held = os.sched_getaffinity(first.delayline.proc.pid)

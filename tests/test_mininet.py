@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from conftest import bufsize
 
-from topologies.config import DumbbellConfig
-from topologies.dumbbell import Dumbbell
-from topologies.ledger import RunState
-from topologies.machine import delay_backend, qdisc_support
-from topologies.mininet_adapter import make_view
-from topologies.units import packets_to_bytes
+from bufsize.topologies.config import DumbbellConfig
+from bufsize.topologies.dumbbell import Dumbbell
+from bufsize.topologies.ledger import RunState
+from bufsize.topologies.machine import delay_backend, qdisc_support
+from bufsize.topologies.mininet_adapter import make_view
+from bufsize.topologies.units import packets_to_bytes
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from topologies.config import DumbbellConfig
-from topologies.dumbbell import Dumbbell
-from topologies.mininet_adapter import make_view
+from bufsize.topologies.config import DumbbellConfig
+from bufsize.topologies.dumbbell import Dumbbell
+from bufsize.topologies.mininet_adapter import make_view
 
 pytestmark = [pytest.mark.vm, pytest.mark.integration]
 REPO = Path(__file__).resolve().parent.parent

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from topologies import mn_dumbbell as m
-from topologies.errors import UsageError
-from topologies.units import packets_to_bytes
+from bufsize.topologies import mn_dumbbell as m
+from bufsize.topologies.errors import UsageError
+from bufsize.topologies.units import packets_to_bytes
 
 
 @pytest.mark.parametrize("text,ms", [("43.5ms", 43.5), ("10us", 0.01), ("1s", 1000.0), (5, 5.0), ("0", 0.0)])

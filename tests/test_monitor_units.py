@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from monitors.fidelity import (
+from bufsize.monitors.fidelity import (
     EVENT_BYTES,
     MIN_BUFFER_KB,
     FidelityUnavailable,
@@ -14,8 +14,8 @@ from monitors.fidelity import (
     summarize,
     trace_buffer_kb,
 )
-from topologies import FRAME_BYTES
-from topologies.tracefs import instance_overruns
+from bufsize.topologies import FRAME_BYTES
+from bufsize.topologies.tracefs import instance_overruns
 
 IDEAL_S = FRAME_BYTES * 8 / 62.5e6
 
@@ -160,7 +160,7 @@ LINE = (
 
 
 def test_tcp_probe_lines_parse_into_windows():
-    from monitors.cwnd import parse
+    from bufsize.monitors.cwnd import parse
 
     other = LINE.replace(b"48060", b"48062").replace(b"snd_cwnd=16", b"snd_cwnd=200").replace(b"8556.007407", b"8556.1")
     events = parse(LINE + other + b"garbage line\n")
@@ -171,9 +171,22 @@ def test_tcp_probe_lines_parse_into_windows():
     assert events[1].t == pytest.approx(8556.1)
 
 
+def test_a_tcp_probe_format_the_parser_does_not_know_stops_the_trace_with_the_line():
+    from bufsize.monitors.cwnd import parse
+    from bufsize.topologies.tracefs import TraceFormatError, check_all_parsed
+
+    renamed = LINE.replace(b"snd_cwnd=", b"cwnd=")  # a kernel that renamed one field
+    with pytest.raises(TraceFormatError, match=r"1 of 2 trace lines .* the first: .*cwnd=16") as e:
+        parse(LINE + renamed)
+    assert "snd_cwnd" not in str(e.value).split("the first:")[1]
+    check_all_parsed(b"", "tcp_probe", 0)  # no events at all is no format problem
+    with pytest.raises(TraceFormatError, match="net_dev_xmit: 1 of 1"):
+        check_all_parsed("  x-1 [000] 5.0: net_dev_xmit: dev=eth0 len=1514 rc=0\n", "net_dev_xmit", 0)
+
+
 def test_queue_stats_between_times():
-    from monitors.recorder import queue_stats
-    from topologies.qdisc_stats import QdiscSample
+    from bufsize.monitors.recorder import queue_stats
+    from bufsize.topologies.qdisc_stats import QdiscSample
 
     samples = [
         QdiscSample(i / 100, 0, 0, q, q * FRAME_BYTES, i // 50, 10 * FRAME_BYTES)
@@ -190,8 +203,8 @@ def test_queue_stats_between_times():
 def test_netlink_qdisc_answer_decodes_and_errors_raise():
     import struct
 
-    from topologies import netlink as nl
-    from topologies import qdisc_stats as q
+    from bufsize.topologies import netlink as nl
+    from bufsize.topologies import qdisc_stats as q
 
     def nla(kind: int, payload: bytes) -> bytes:
         pad = (4 - len(payload) % 4) % 4
@@ -211,7 +224,7 @@ def test_netlink_qdisc_answer_decodes_and_errors_raise():
 
 
 def test_cwnd_histogram_uses_the_buffer_asked_for_when_sampled():
-    from monitors.plots import hist_limit
+    from bufsize.monitors.plots import hist_limit
 
     rows = [{"limit_bytes": "1514"}] * 30 + [{"limit_bytes": "3028"}] * 50
     assert hist_limit(rows, 1514) == 1514  # the answer's buffer, sampled enough
@@ -220,8 +233,8 @@ def test_cwnd_histogram_uses_the_buffer_asked_for_when_sampled():
 
 
 def test_netlink_link_answer_decodes_stats64():
-    from topologies import counters as c
-    from topologies import netlink as nl
+    from bufsize.topologies import counters as c
+    from bufsize.topologies import netlink as nl
 
     stats = c.STATS64.pack(10, 20, 1000, 30280, 0, 0, 3, 4)
     attr = nl.NLA.pack(nl.NLA.size + 4, 3) + b"eth\0" + nl.NLA.pack(nl.NLA.size + len(stats), c.IFLA_STATS64) + stats
@@ -232,7 +245,7 @@ def test_netlink_link_answer_decodes_stats64():
 
 
 def test_the_progress_line_names_the_shaper_gaps_and_lag_or_why_there_are_none():
-    from buffersizing.experiment import describe_fidelity
+    from bufsize.experiment import describe_fidelity
 
     fid = {"available": True, "frac_gt10": 0.0123, "frac_gt25": 0.004, "lag_p50_frames": 0.0,
            "lag_p99_frames": 0.25, "lag_max_frames": 3.5}  # fmt: skip

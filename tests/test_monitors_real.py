@@ -6,13 +6,13 @@ import time
 
 import pytest
 
-from buffersizing.traffic import LongFlows
-from monitors import fidelity
-from monitors.drops import DropMonitor
-from monitors.recorder import Recorder, queue_stats, summary
-from topologies import FRAME_BYTES
-from topologies.config import DumbbellConfig
-from topologies.dumbbell import Dumbbell
+from bufsize.longlived.traffic import LongFlows
+from bufsize.monitors import fidelity
+from bufsize.monitors.drops import DropMonitor
+from bufsize.monitors.recorder import Recorder, queue_stats, summary
+from bufsize.topologies import FRAME_BYTES
+from bufsize.topologies.config import DumbbellConfig
+from bufsize.topologies.dumbbell import Dumbbell
 
 
 def recorder_for(net: Dumbbell, ports: range | None) -> Recorder:

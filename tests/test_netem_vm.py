@@ -50,20 +50,20 @@ from typing import TypeVar
 import pytest
 from conftest import in_ns, ours
 
-from buffersizing.measure import MeasureOptions, run_measure
-from buffersizing.presets import format_preset_methods, preset_methods
-from buffersizing.verify import (
+from bufsize.longlived.measure import MeasureOptions, run_measure
+from bufsize.longlived.presets import format_preset_methods, preset_methods
+from bufsize.topologies import FRAME_BYTES, netns, shaper, sysctl
+from bufsize.topologies.config import DumbbellConfig, resolve_shaper
+from bufsize.topologies.delay import HELPER, netem_commands
+from bufsize.topologies.dumbbell import OFFLOADS_OFF, Dumbbell, Host, tcp_sysctls
+from bufsize.topologies.machine import format_report, probe, qdisc_support, resolve_backend
+from bufsize.topologies.proc import run
+from bufsize.verify import (
     RATE_HIGH,
     PingResult,
     measure_rate,
     summarize,
 )
-from topologies import FRAME_BYTES, netns, shaper, sysctl
-from topologies.config import DumbbellConfig, resolve_shaper
-from topologies.delay import HELPER, netem_commands
-from topologies.dumbbell import OFFLOADS_OFF, Dumbbell, Host, tcp_sysctls
-from topologies.machine import format_report, probe, qdisc_support, resolve_backend
-from topologies.proc import run
 
 pytestmark = [pytest.mark.vm, pytest.mark.integration]
 

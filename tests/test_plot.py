@@ -7,9 +7,9 @@ import statistics
 
 import pytest
 
-from buffersizing.report import HARDWARE_TSV, MININET_2012_TSV, make_report, reference_runs, summary_rows
-from topologies import FRAME_BYTES
-from topologies.errors import UsageError
+from bufsize.longlived.report import HARDWARE_TSV, MININET_2012_TSV, make_report, reference_runs, summary_rows
+from bufsize.topologies import FRAME_BYTES
+from bufsize.topologies.errors import UsageError
 
 
 def result(n: int, packets: int, valid: bool = True) -> dict:

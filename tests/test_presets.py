@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import spec_of
 
-from buffersizing.presets import PRESETS, format_preset_methods, preset, preset_methods
-from topologies.config import line_capacity_warning
+from bufsize.longlived.presets import PRESETS, format_preset_methods, preset, preset_methods
+from bufsize.topologies.config import line_capacity_warning
 
 
 @pytest.mark.parametrize("name", PRESETS)

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_bad_input import BASE, NOT_IN_MATRIX, ReachedRoot, in_process, subparsers, value_options, with_out
 
-from buffersizing.sweep import existing_manifest, make_spec
-from topologies.errors import UsageError
+from bufsize.longlived.sweep import existing_manifest, make_spec
+from bufsize.topologies.errors import UsageError
 
 __all__ = ["in_process"]  # the fixture, used here by name
 

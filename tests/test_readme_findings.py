@@ -13,7 +13,7 @@ import re
 import statistics
 from pathlib import Path
 
-from buffersizing.report import load_results, summary_rows
+from bufsize.longlived.report import load_results, summary_rows
 
 REPO = Path(__file__).resolve().parents[1]
 FINDINGS = REPO / "docs" / "findings.md"

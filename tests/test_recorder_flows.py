@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-import monitors.recorder as recorder
-from topologies.qdisc_stats import QdiscSample
+import bufsize.monitors.recorder as recorder
+from bufsize.topologies.qdisc_stats import QdiscSample
 
 HUGE = b"2147483647"
 

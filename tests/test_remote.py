@@ -21,8 +21,9 @@ from fabric.testing.fixtures import client  # noqa: F401  (Fabric's pytest fixtu
 from paramiko import RejectPolicy
 from paramiko.ssh_exception import NoValidConnectionsError
 
-from buffersizing import remote as rm
-from buffersizing.remote_plan import (
+from bufsize.longlived.sweep import make_spec
+from bufsize.remote import run as rm
+from bufsize.remote.plan import (
     BadPoint,
     Machine,
     Status,
@@ -36,9 +37,8 @@ from buffersizing.remote_plan import (
     sweep_id,
     unpack_point,
 )
-from buffersizing.remote_ssh import connect
-from buffersizing.sweep import make_spec
-from topologies.errors import UsageError
+from bufsize.remote.ssh import connect
+from bufsize.topologies.errors import UsageError
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 SPEC_ARGS = ["--flows", "2,4", "--runs", "1", "--rate-mbps", "20", "--rtt-ms", "20", "--samples", "2"]
@@ -360,7 +360,7 @@ def test_two_machines_one_unreachable_the_other_runs_and_merges_every_point(tmp_
     spec = spec_of(*SPEC_ARGS)
     job = make_job(tmp_path, spec)
     reports = []
-    monkeypatch.setattr("buffersizing.report.make_report", lambda out: reports.append(out) or [])
+    monkeypatch.setattr("bufsize.longlived.report.make_report", lambda out: reports.append(out) or [])
     blob2, sha2 = serve_point(tmp_path, "n0002-run1", 2)
     blob4, sha4 = serve_point(tmp_path, "n0004-run1", 4)
     manifest = json.dumps({"spec": spec.to_dict(), "machine": {"host": "vm1", "kernel": "6.1.0"}})
@@ -398,7 +398,7 @@ def test_two_machines_one_unreachable_the_other_runs_and_merges_every_point(tmp_
 def test_a_machine_lost_part_way_keeps_what_was_merged_and_names_what_was_not(tmp_path, monkeypatch):
     spec = spec_of(*SPEC_ARGS)
     job = make_job(tmp_path, spec, give_up_s=0.0)
-    monkeypatch.setattr("buffersizing.report.make_report", lambda out: [])
+    monkeypatch.setattr("bufsize.longlived.report.make_report", lambda out: [])
     blob2, sha2 = serve_point(tmp_path, "n0002-run1", 2)
     manifest = json.dumps({"spec": spec.to_dict(), "machine": {"host": "vm1"}})
     lost = Command()
@@ -427,7 +427,7 @@ def test_resume_pulls_what_finished_there_and_restarts_only_what_did_not(tmp_pat
     (out / "n0002-run1").mkdir()
     (out / "n0002-run1" / "result.json").write_bytes(result(2))  # merged by an earlier run
     job = make_job(tmp_path, spec, out=out)
-    monkeypatch.setattr("buffersizing.report.make_report", lambda out: [])
+    monkeypatch.setattr("bufsize.longlived.report.make_report", lambda out: [])
     blob4, sha4 = serve_point(tmp_path, "n0004-run1", 4)
     blob8, sha8 = serve_point(tmp_path, "n0008-run1", 8)
     manifest = json.dumps({"spec": spec.to_dict(), "machine": {"host": "vm1"}})
@@ -455,7 +455,7 @@ def test_resume_pulls_what_finished_there_and_restarts_only_what_did_not(tmp_pat
 
 
 def test_sweep_points_option_takes_only_points_of_the_sweep():
-    from buffersizing.sweep import parse_points
+    from bufsize.longlived.sweep import parse_points
 
     spec = spec_of("--flows", "2,4", "--runs", "2", "--rate-mbps", "20", "--rtt-ms", "20")
     assert parse_points("4:2, 2:1", spec) == [(4, 2), (2, 1)]

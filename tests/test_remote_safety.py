@@ -12,9 +12,9 @@ import pytest
 from conftest import spec_of
 from test_remote import SPEC_ARGS, make_job
 
-from buffersizing import remote as rm
-from buffersizing import remote_plan
-from buffersizing.remote_plan import BadPoint, parse_machine, printable, sha256_of, unpack_point
+from bufsize.remote import plan as remote_plan
+from bufsize.remote import run as rm
+from bufsize.remote.plan import BadPoint, parse_machine, printable, sha256_of, unpack_point
 
 
 def test_printable_escapes_terminal_control_and_keeps_text() -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from buffersizing.report import summary_rows, write_table
-from topologies import FRAME_BYTES
+from bufsize.longlived.report import summary_rows, write_table
+from bufsize.topologies import FRAME_BYTES
 
 
 def result(packets: int, fidelity: dict) -> dict:

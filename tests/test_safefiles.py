@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from topologies import safefiles
-from topologies.safefiles import UnsafePath, atomic_text, make_dirs, open_dir, open_new, write_atomic
+from bufsize.topologies import safefiles
+from bufsize.topologies.safefiles import UnsafePath, atomic_text, make_dirs, open_dir, open_new, write_atomic
 
 NOBODY = 65534
 
@@ -27,7 +27,7 @@ def victim(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def shared(tmp_path: Path) -> Path:
+def shared(tmp_path: Path, root: None) -> Path:  # root: links are planted as another user (lchown)
     """A results directory anyone may write, as a pre-created /tmp/results would be."""
     d = tmp_path / "shared"
     d.mkdir()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from topologies import ledger
-from topologies.errors import MachineError
+from bufsize.topologies import ledger
+from bufsize.topologies.errors import MachineError
 
 MOUNTS = """\
 /dev/vda / ext4 rw,relatime 0 0
@@ -64,7 +64,7 @@ def test_scratch_goes_to_tmpfs_when_state_dir_is_on_a_disk(fs_of, state_fs, shm_
     assert ledger.scratch_root() == {"state": ledger.STATE_DIR, "shm": ledger.SHM_SCRATCH}[want]
 
 
-def test_a_planted_scratch_root_is_refused(monkeypatch, tmp_path: Path):
+def test_a_planted_scratch_root_is_refused(monkeypatch, tmp_path: Path, root):
     """/dev/shm is world-writable: a scratch root someone else made (or opened up) is not used."""
     root = tmp_path / "bufsize"
     monkeypatch.setattr(ledger, "scratch_root", lambda: root)
@@ -78,8 +78,8 @@ def test_a_planted_scratch_root_is_refused(monkeypatch, tmp_path: Path):
         ledger.make_scratch_root()
 
 
-def test_a_run_keeps_its_scratch_under_the_scratch_root_and_teardown_removes_it():
-    from topologies.cleanup import teardown
+def test_a_run_keeps_its_scratch_under_the_scratch_root_and_teardown_removes_it(root):
+    from bufsize.topologies.cleanup import teardown
 
     st = ledger.RunState.create()
     try:

@@ -8,8 +8,8 @@ import statistics
 
 import pytest
 
-from buffersizing.median_search import MedianSearch, sign_test
-from topologies import FRAME_BYTES
+from bufsize.longlived.median_search import MedianSearch, sign_test
+from bufsize.topologies import FRAME_BYTES
 
 
 class SimLink:
@@ -271,8 +271,8 @@ def test_sequential_probe_stops_early_when_the_verdict_is_clear():
 
 
 def test_theory_uses_the_mean_rtt_as_seed_000_does():
-    from buffersizing.search import theory
-    from topologies.config import DumbbellConfig
+    from bufsize.longlived.search import theory
+    from bufsize.topologies.config import DumbbellConfig
 
     spread = theory(DumbbellConfig(hosts=3, rtt_ms=[80.0, 100.0, 120.0]), 100)
     # 155 Mb/s would give the GSR's 1291; at 62.5 Mb/s and a mean of 100 ms the pipe is 516 frames.

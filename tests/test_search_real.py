@@ -12,8 +12,8 @@ import pytest
 from conftest import BUFSIZE, bufsize
 from test_fixedbuffer import assert_manifest
 
-from topologies import FRAME_BYTES
-from topologies.config import resolve_shaper
+from bufsize.topologies import FRAME_BYTES
+from bufsize.topologies.config import resolve_shaper
 
 # 20 Mb/s: these tests check the search's logic on a real link, not the emulation's speed; at 62.5
 # Mb/s a loaded CI machine's shaper fell below the 90 % of C the search demands of its reference.

@@ -2,7 +2,7 @@
 
 import pytest
 
-from topologies import shaper
+from bufsize.topologies import shaper
 
 
 def test_tbf_tree_has_bfifo_leaf_under_1_1():

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from buffersizing.shortflow_fig10 import Fig10Spec, fig10_rows, write_fig10_report
-from buffersizing.shortflow_series import open_series
-from topologies.errors import UsageError
+from bufsize.shortflows.fig10 import Fig10Spec, fig10_rows, write_fig10_report
+from bufsize.shortflows.series import open_series
+from bufsize.topologies.errors import UsageError
 
 
 def test_points_cover_every_rate_and_length_at_the_asked_load() -> None:
@@ -66,7 +66,7 @@ def test_table_puts_measurement_beside_the_model(tmp_path) -> None:
 
 
 def test_loss_points_reproduce_seed_001_traffic() -> None:
-    from buffersizing.shortflow_loss import SEED001_RTTS_MS, LossSpec
+    from bufsize.shortflows.loss import SEED001_RTTS_MS, LossSpec
 
     spec = LossSpec(buffers=[18, 500])
     pts = {name: (cfg, b, o) for name, cfg, b, o in spec.points()}
@@ -82,7 +82,7 @@ def test_loss_points_reproduce_seed_001_traffic() -> None:
 
 
 def test_loss_table_sets_measurement_beside_seed_001_and_f16(tmp_path) -> None:
-    from buffersizing.shortflow_loss import LossSpec, loss_rows, write_loss_report
+    from bufsize.shortflows.loss import LossSpec, loss_rows, write_loss_report
 
     spec = LossSpec(workloads=["P", "O"], buffers=[18])
     for name, loss in (("P-b18", 0.09), ("O-b18", 0.15)):
@@ -102,7 +102,7 @@ def test_loss_table_sets_measurement_beside_seed_001_and_f16(tmp_path) -> None:
 
 
 def test_transfer_table_compares_the_two_buffers_per_size(tmp_path) -> None:
-    from buffersizing.shortflow_transfer import TransferSpec, transfer_rows
+    from bufsize.shortflows.transfer import TransferSpec, transfer_rows
 
     spec = TransferSpec(rtts_ms=[60.0])
     assert [spec.buffer_packets(60, k) for k in ("normal", "sqrtn")] == [495, 22]  # 100 Mb/s x 60 ms, / sqrt(500)
@@ -121,7 +121,7 @@ def test_transfer_table_compares_the_two_buffers_per_size(tmp_path) -> None:
 
 
 def test_mix_points_and_table(tmp_path) -> None:
-    from buffersizing.shortflow_mix import MixSpec, mix_rows
+    from bufsize.shortflows.mix import MixSpec, mix_rows
 
     spec = MixSpec(long_flows=[100])
     pts = spec.points()
@@ -141,7 +141,7 @@ def test_mix_points_and_table(tmp_path) -> None:
 
 
 def test_fig12_answer_is_the_smallest_buffer_with_every_larger_step_within() -> None:
-    from buffersizing.shortflow_fig12 import smallest_within
+    from bufsize.shortflows.fig12 import smallest_within
 
     steps = [(400, 1.0), (200, 1.05), (100, 1.10), (50, 1.2), (30, 1.0)]  # 30 passes again: noise, not an answer
     assert smallest_within(steps, 1.125) == 100
@@ -150,7 +150,7 @@ def test_fig12_answer_is_the_smallest_buffer_with_every_larger_step_within() -> 
 
 
 def test_fig12_points_step_down_a_ladder_and_report(tmp_path) -> None:
-    from buffersizing.shortflow_fig12 import Fig12Spec
+    from bufsize.shortflows.fig12 import Fig12Spec
 
     spec = Fig12Spec(rates_mbps=[10], lengths=[14], ladder=[100, 40])
     ((name, _cfg, b, opts),) = spec.points()

@@ -10,11 +10,11 @@ from collections import Counter
 
 import pytest
 
-from buffersizing.shortflows import ShortFlows
-from buffersizing.workload import MSS_BYTES, Workload
+from bufsize.shortflows.driver import ShortFlows
+from bufsize.shortflows.workload import MSS_BYTES, Workload
+from bufsize.topologies.config import DumbbellConfig
+from bufsize.topologies.dumbbell import Dumbbell
 from tests.conftest import bufsize
-from topologies.config import DumbbellConfig
-from topologies.dumbbell import Dumbbell
 
 RTT_S = 0.02
 LINK = ["--hosts", "3", "--rate-mbps", "20", "--rtt-ms", "20", "--cc", "reno", "--buffer-packets", "100"]

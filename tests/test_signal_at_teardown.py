@@ -16,11 +16,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from buffersizing.cli import _on_signal
-from buffersizing.experiment import Experiment
-from monitors.drops import DropSummary
-from topologies.cleanup import _DEFERRALS, release_deferred_signals, signals_held
-from topologies.config import DumbbellConfig
+from bufsize.cli import _on_signal
+from bufsize.experiment import Experiment
+from bufsize.monitors.drops import DropSummary
+from bufsize.topologies.cleanup import _DEFERRALS, release_deferred_signals, signals_held
+from bufsize.topologies.config import DumbbellConfig
 
 
 class SignalledNet:

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from conftest import BUFSIZE, bufsize, ours
 
-from topologies import netns, sysctl
-from topologies.config import DumbbellConfig
-from topologies.dumbbell import Dumbbell
-from topologies.ledger import STATE_DIR
-from topologies.proc import is_running, start_time
+from bufsize.topologies import netns, sysctl
+from bufsize.topologies.config import DumbbellConfig
+from bufsize.topologies.dumbbell import Dumbbell
+from bufsize.topologies.ledger import STATE_DIR
+from bufsize.topologies.proc import is_running, start_time
 
 pytestmark = pytest.mark.integration
 HERE = Path(__file__).resolve().parent
@@ -142,7 +142,7 @@ def test_clean_removes_orphaned_namespaces_by_prefix(no_leftovers):
 
 
 def test_clean_removes_trace_instances_of_dead_processes_only(no_leftovers):
-    from topologies.machine import tracefs_root
+    from bufsize.topologies.machine import tracefs_root
 
     root = tracefs_root()
     assert root is not None, "tracefs is needed by the fidelity and cwnd monitors"

@@ -9,11 +9,11 @@ import time
 import pytest
 from conftest import in_ns
 
-from buffersizing.traffic import LongFlows, split_flows
-from topologies.config import DumbbellConfig
-from topologies.counters import InterfaceCounters, rate_mbps
-from topologies.dumbbell import Dumbbell
-from topologies.errors import RunError, UsageError
+from bufsize.longlived.traffic import LongFlows, split_flows
+from bufsize.topologies.config import DumbbellConfig
+from bufsize.topologies.counters import InterfaceCounters, rate_mbps
+from bufsize.topologies.dumbbell import Dumbbell
+from bufsize.topologies.errors import RunError, UsageError
 
 
 def test_flows_split_evenly_over_hosts():
@@ -94,7 +94,7 @@ def test_timer_slack_reaches_every_thread_of_a_running_process(root):
     import subprocess
     import sys
 
-    from topologies.proc import set_timer_slack
+    from bufsize.topologies.proc import set_timer_slack
 
     code = "import threading, time\n"
     code += "for _ in range(3): threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"

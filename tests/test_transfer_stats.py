@@ -7,9 +7,8 @@ import random
 
 import pytest
 
-from buffersizing.shortflow_run import ca_summary, lateness, model_beside
-from buffersizing.traffic import parse_bytes_acked
-from buffersizing.transfer_stats import (
+from bufsize.shortflows.run import ca_summary, lateness, model_beside
+from bufsize.shortflows.stats import (
     fct_by_size,
     initial_windows,
     offered_load,
@@ -21,7 +20,7 @@ from buffersizing.transfer_stats import (
     throughput_distribution,
     transfer_counts,
 )
-from buffersizing.workload import MSS_BYTES, wire_bytes
+from bufsize.shortflows.workload import MSS_BYTES, wire_bytes
 
 
 def row(i: int, packets: float, fct: float, status: str = "done", t: float = 0.0, **kw) -> dict:
@@ -97,17 +96,6 @@ def test_throughput_distribution_and_fairness() -> None:
     assert throughput_distribution([], 1.0) == {"flows": 0}
 
 
-def test_bytes_acked_from_ss_output() -> None:
-    out = (
-        "0      0      10.0.0.1:41000 10.1.0.1:5001\n"
-        "\t cubic wscale:7,7 rto:288 rtt:87.5/0.1 mss:1448 bytes_sent:5000 bytes_acked:4000 segs_out:5\n"
-        "0      0      10.0.0.1:41002 10.1.0.1:5001\n"
-        "\t cubic wscale:7,7 rto:288 rtt:87.5/0.1 mss:1448 bytes_acked:123456789 segs_out:90000\n"
-    )
-    assert parse_bytes_acked(out) == {"10.0.0.1:41000": 4000, "10.0.0.1:41002": 123456789}
-    assert parse_bytes_acked("") == {}
-
-
 def test_lateness_reads_open_loop_transfers_only() -> None:
     rows = [row(1, 1, 0.1, t=1.0, t_planned=0.99), row(2, 1, 0.1, t=2.0, t_planned=1.5, kind="closed")]
     late = lateness(rows)
@@ -126,8 +114,8 @@ def test_model_beside_uses_the_lengths_sent_and_the_initial_window() -> None:
 
 
 def test_line_time_lost_over_the_window_flags_a_stall() -> None:
-    from buffersizing.experiment import line_lost
-    from buffersizing.shortflow_run import line_kept_time
+    from bufsize.experiment import line_lost
+    from bufsize.shortflows.run import line_kept_time
 
     s0 = {"line": {"clock_resets": 3, "lost_ns": 1_000_000}}
     s1 = {"line": {"clock_resets": 4, "lost_ns": 251_000_000}}

@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from buffersizing.workload import (
+from bufsize.shortflows.workload import (
     HEADER_BYTES,
     MSS_BYTES,
     SizeDistribution,
@@ -18,8 +18,8 @@ from buffersizing.workload import (
     parse_length,
     wire_bytes,
 )
-from topologies import FRAME_BYTES
-from topologies.errors import UsageError
+from bufsize.topologies import FRAME_BYTES
+from bufsize.topologies.errors import UsageError
 
 
 def test_lengths_are_packets_unless_given_in_bytes() -> None:
@@ -126,7 +126,7 @@ def test_workload_refuses_what_cannot_run(kw: dict, match: str) -> None:
 
 @pytest.mark.parametrize("kind", ["exp", "pareto"])
 def test_think_times_have_the_asked_mean(kind: str) -> None:
-    from buffersizing.workload import think_time
+    from bufsize.shortflows.workload import think_time
 
     w = Workload(users=1, think_s=3.0, think=kind, transfers=1)
     rng = random.Random(9)

@@ -2,7 +2,7 @@
 
 It owns what callers used to pass around as (namespace, device, handle): changing the buffer in
 place, reading the device's counters and the buffer's statistics, and knowing which qdisc counters
-are the buffer's own drops. Monitors and experiments ask it; only topologies.shaper knows the tree.
+are the buffer's own drops. Monitors and experiments ask it; only bufsize.topologies.shaper knows the tree.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
-from topologies import FRAME_BYTES, netns, shaper
-from topologies.counters import InterfaceCounters
-from topologies.errors import RunError
-from topologies.proc import run
-from topologies.qdisc_stats import QdiscReader
-from topologies.units import check_buffer_bytes
+from bufsize.topologies import FRAME_BYTES, netns, shaper
+from bufsize.topologies.counters import InterfaceCounters
+from bufsize.topologies.errors import RunError
+from bufsize.topologies.proc import run
+from bufsize.topologies.qdisc_stats import QdiscReader
+from bufsize.topologies.units import check_buffer_bytes
 
 
 @dataclass
@@ -82,6 +82,6 @@ class Bottleneck:
         return f"qdisc {kind} {handle >> 16:x}:"
 
     def own_drop_labels(self) -> set[str]:
-        """Labels (as monitors.drops names qdiscs) of the counters that count the buffer's drops:
+        """Labels (as bufsize.monitors.drops names qdiscs) of the counters that count the buffer's drops:
         the leaf, and the shaper's root, which counts its child's drops again."""
         return {self.qdisc_label(self.leaf_handle, "bfifo"), self.qdisc_label(self.root_handle, self.shaper)}

@@ -3,7 +3,7 @@
 `clean_leftovers` is `bufsize clean`: runs whose owner died (SIGKILL, power loss) are torn down from
 their ledgers; toolkit namespaces and trace instances that no live run owns are removed last.
 Nothing is taken on trust: the state directory and every ledger are checked first
-(topologies.ledger.validate), a ledger that fails is reported and none of it is acted on, and a
+(bufsize.topologies.ledger.validate), a ledger that fails is reported and none of it is acted on, and a
 recorded process is signalled only if it is still the process that was recorded (start time) *and*
 it sits in one of the run's own bsz-<run>- namespaces, or it is a child of this very process
 tearing down its own run. So a crafted ledger naming pid 1 with its real start time, or any
@@ -21,10 +21,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from topologies import ledger, netns, sysctl
-from topologies.ledger import RunState, check_state_dir, live_runs, scan_states, state_lock
-from topologies.proc import is_running, is_same_process, net_ns_id, parent_pid, start_time, stop_process
-from topologies.tracefs import INSTANCE_PREFIX, tracefs_root
+from bufsize.topologies import ledger, netns, sysctl
+from bufsize.topologies.ledger import RunState, check_state_dir, live_runs, scan_states, state_lock
+from bufsize.topologies.proc import is_running, is_same_process, net_ns_id, parent_pid, start_time, stop_process
+from bufsize.topologies.tracefs import INSTANCE_PREFIX, tracefs_root
 
 HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 # What teardowns in this process could not remove (checked after each one), for the final message.

@@ -11,7 +11,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from topologies.netlink import NLM_F_REQUEST, NLMSG, RouteSocket, attrs, check_answer
+from bufsize.topologies.netlink import NLM_F_REQUEST, NLMSG, RouteSocket, attrs, check_answer
 
 RTM_NEWLINK = 16
 RTM_GETLINK = 18

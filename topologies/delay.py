@@ -21,18 +21,20 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from topologies import netns
-from topologies.errors import MachineError, RunError
-from topologies.ledger import RunState
-from topologies.proc import describe_exit, popen_dying_with_parent, state_letter
-from topologies.units import tc_rate
+from bufsize.topologies import netns
+from bufsize.topologies.errors import MachineError, RunError
+from bufsize.topologies.ledger import RunState
+from bufsize.topologies.proc import describe_exit, popen_dying_with_parent, status
+from bufsize.topologies.units import tc_rate
 
 HELPER = Path(__file__).resolve().parent / "delayline" / "bsz-delayline"
 # Limits far above any burst: these queues must never be where packets wait or drop.
@@ -54,8 +56,37 @@ def netem_commands(dev: str, one_way_us: int, rate_mbps: float | None) -> list[s
     return [f"qdisc add dev {dev} root handle 1: netem delay {one_way_us}us limit {NETEM_LIMIT}{rate}\n"]
 
 
+def helper_ready() -> bool:
+    """Whether the delay line's binary is there, building it first where only its source is.
+
+    A checkout builds it in ./setup.sh (make helpers). An installed package (`pip install .`) carries
+    the source but no binary, so the first run builds it beside the source: one compiler call with an
+    argument list, into a temporary name renamed into place, and only in a directory that no one but
+    root can write (a binary root later executes must not come from a place others can change)."""
+    if HELPER.exists():
+        return True
+    source = HELPER.parent / "delayline.c"
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not source.exists() or cc is None or os.geteuid() != 0:
+        return False
+    st = HELPER.parent.stat()
+    if st.st_uid != 0 or st.st_mode & 0o022:
+        return False
+    tmp = HELPER.with_name(f".{HELPER.name}.{os.getpid()}.tmp")
+    res = subprocess.run(
+        [cc, "-O2", "-g", "-Wall", "-Wextra", "-std=c11", "-o", str(tmp), str(source)], capture_output=True, text=True
+    )
+    if res.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        print(f"bufsize: building {HELPER} failed:\n{res.stderr.strip()}", file=sys.stderr)
+        return False
+    os.replace(tmp, HELPER)
+    print(f"bufsize: built the delay line {HELPER} (first use of this installation)", file=sys.stderr)
+    return True
+
+
 def check_helper() -> None:
-    if not HELPER.exists():
+    if not helper_ready():
         raise MachineError(f"{HELPER} is not built: run ./setup.sh (or make helpers)")
 
 
@@ -167,7 +198,8 @@ class DelayLine:
         except OSError:
             return  # not written yet (it writes once before "ready")
         if age > STALL_S:
-            how = "stopped (SIGSTOP or a debugger)" if state_letter(self.proc.pid) == "T" else "not running"
+            stopped = status(self.proc.pid) in ("stopped", "tracing-stop")  # psutil's STATUS_STOPPED, _TRACING_STOP
+            how = "stopped (SIGSTOP or a debugger)" if stopped else "not running"
             raise RunError(
                 f"the delay line (pid {self.proc.pid}) stalled: {how}, no heartbeat for {age:.1f} s, "
                 "so the path carried nothing and samples taken meanwhile are meaningless"

@@ -5,7 +5,7 @@
     hH ─┘                                          (tbf|htb + bfifo)
 
 Nothing here runs a command or needs root, so the generated lines can be checked anywhere (as
-flent checks its parsers on captured output); topologies.dumbbell executes them.
+flent checks its parsers on captured output); bufsize.topologies.dumbbell executes them.
 
 The hosts share a bridge (their side of the switch); s1 forwards at IP level from br0 to the
 bottleneck port, as the router under study does. The IP hop matters: a packet received by IP is
@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from topologies import FRAME_BYTES, netns
-from topologies.bottleneck import Bottleneck
-from topologies.config import DumbbellConfig
-from topologies.delay import netem_commands
-from topologies.line import LineBottleneck
-from topologies.units import tc_rate
+from bufsize.topologies import FRAME_BYTES, netns
+from bufsize.topologies.bottleneck import Bottleneck
+from bufsize.topologies.config import DumbbellConfig
+from bufsize.topologies.delay import netem_commands
+from bufsize.topologies.line import LineBottleneck
+from bufsize.topologies.units import tc_rate
 
 RECEIVER_IP = "10.0.0.1"
 RECEIVER_MAC = "02:bf:00:00:00:01"

@@ -1,9 +1,9 @@
-"""The dumbbell, live: built from its description (topologies.description), owned until torn down.
+"""The dumbbell, live: built from its description (bufsize.topologies.description), owned until torn down.
 
 Every node is a network namespace named bsz-<run>-<node>; every interface lives inside one, so
 deleting the namespaces removes all interfaces and qdiscs. Namespaces and processes are written
-to the run's ledger before they are created (topologies.ledger), and teardown removes exactly
-what the ledger holds (topologies.cleanup).
+to the run's ledger before they are created (bufsize.topologies.ledger), and teardown removes exactly
+what the ledger holds (bufsize.topologies.cleanup).
 """
 
 from __future__ import annotations
@@ -17,25 +17,25 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
 
-from topologies import netns, sysctl
-from topologies.bottleneck import Bottleneck
-from topologies.cleanup import signals_held, teardown
-from topologies.config import DumbbellConfig
-from topologies.delay import DelayLine
-from topologies.description import (
+from bufsize.topologies import netns, sysctl
+from bufsize.topologies.bottleneck import Bottleneck
+from bufsize.topologies.cleanup import signals_held, teardown
+from bufsize.topologies.config import DumbbellConfig
+from bufsize.topologies.delay import DelayLine
+from bufsize.topologies.description import (
     OFFLOADS_OFF,
     DumbbellPlan,
     Host,
     Job,
     tcp_sysctls,
 )
-from topologies.errors import MachineError, RunError
-from topologies.ledger import RunState, live_runs, state_lock
-from topologies.line import NICE as LINE_NICE
-from topologies.line import RTPRIO as LINE_RTPRIO
-from topologies.line import SPIN_US as LINE_SPIN_US
-from topologies.line import LineBottleneck, isolation
-from topologies.proc import is_running, popen_dying_with_parent, run
+from bufsize.topologies.errors import MachineError, RunError
+from bufsize.topologies.ledger import RunState, live_runs, state_lock
+from bufsize.topologies.line import NICE as LINE_NICE
+from bufsize.topologies.line import RTPRIO as LINE_RTPRIO
+from bufsize.topologies.line import SPIN_US as LINE_SPIN_US
+from bufsize.topologies.line import LineBottleneck, isolation
+from bufsize.topologies.proc import is_running, popen_dying_with_parent, run
 
 __all__ = ["OFFLOADS_OFF", "Dumbbell", "Host", "tcp_sysctls"]
 

@@ -3,7 +3,7 @@
 One JSON file per run under STATE_DIR names its namespaces, the processes it started (PID and
 start time, so a recycled PID is never signalled), the ftrace instances its monitors made and the
 global sysctls it changed. A normal end, Ctrl-C, SIGTERM or an exception tears down from it
-(topologies.cleanup); after SIGKILL `bufsize clean` does.
+(bufsize.topologies.cleanup); after SIGKILL `bufsize clean` does.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
 
-from topologies import netns
-from topologies.errors import MachineError
-from topologies.proc import is_same_process, start_time
-from topologies.tracefs import INSTANCE_PREFIX, TRACEFS_CANDIDATES
+from bufsize.topologies import netns
+from bufsize.topologies.errors import MachineError
+from bufsize.topologies.proc import is_same_process, start_time
+from bufsize.topologies.tracefs import INSTANCE_PREFIX, TRACEFS_CANDIDATES
 
 STATE_DIR = Path(os.environ.get("BUFSIZE_STATE_DIR", "/run/bufsize"))
 # A run's scratch files (the delay line's stats, rewritten every 200 ms, and the line shaper's

@@ -22,11 +22,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from topologies import FRAME_BYTES
-from topologies.bottleneck import Bottleneck
-from topologies.errors import RunError, UsageError
-from topologies.qdisc_stats import QdiscSample
-from topologies.units import check_buffer_bytes
+from bufsize.topologies import FRAME_BYTES
+from bufsize.topologies.bottleneck import Bottleneck
+from bufsize.topologies.errors import RunError, UsageError
+from bufsize.topologies.qdisc_stats import QdiscSample
+from bufsize.topologies.units import check_buffer_bytes
 
 MAGIC = 0x31454E494C5A5342  # "BSZLINE1"
 FIELDS = (

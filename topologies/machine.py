@@ -9,18 +9,18 @@ from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
 
-from topologies import netns
-from topologies.cleanup import teardown
-from topologies.delay import HELPER
-from topologies.errors import MachineError
-from topologies.ledger import RunState, fs_type, scratch_root
-from topologies.proc import run
-from topologies.tracefs import tracefs_root, tracepoints
+from bufsize.topologies import netns
+from bufsize.topologies.cleanup import teardown
+from bufsize.topologies.delay import HELPER, helper_ready
+from bufsize.topologies.errors import MachineError
+from bufsize.topologies.ledger import RunState, fs_type, scratch_root
+from bufsize.topologies.proc import run
+from bufsize.topologies.tracefs import tracefs_root, tracepoints
 
 __all__ = ["tracefs_root", "tracepoints"]  # re-exported: the machine's facts in one place
 # Each qdisc with the fewest arguments it accepts.
 QDISCS = {"htb": [], "tbf": ["rate", "1mbit", "burst", "3028", "limit", "10000"], "bfifo": [], "netem": []}
-REQUIRED_TOOLS = ("ip", "tc", "bridge", "ethtool", "nsenter", "ping", "ss")
+REQUIRED_TOOLS = ("ip", "tc", "bridge", "ethtool", "nsenter", "ping")
 
 
 def available_congestion_controls() -> list[str]:
@@ -126,7 +126,7 @@ def resolve_backend(requested: str, qdiscs: dict[str, bool], delayline_built: bo
 
 def delay_backend(requested: str, shaper: str = "auto") -> str:
     """The backend a run will use on this machine for `--delay-backend requested` and `--shaper shaper`."""
-    return resolve_backend(requested, qdisc_support(), HELPER.exists(), shaper)
+    return resolve_backend(requested, qdisc_support(), helper_ready(), shaper)
 
 
 def probe() -> Capabilities:
@@ -149,7 +149,7 @@ def probe() -> Capabilities:
         iperf=tool_version(["iperf", "-v"]),
         iperf3=tool_version(["iperf3", "-v"]),
         tools_missing=missing,
-        delayline_built=HELPER.exists(),
+        delayline_built=helper_ready() if root else HELPER.exists(),
         delay_backend=None,
         scratch_dir=str(scratch_root()),
         scratch_fs=fs_type(scratch_root()),

@@ -14,17 +14,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from topologies.description import (
+from bufsize.topologies.description import (
     PREFIX_LEN,
     RECEIVER_MAC,
     SWITCH_LAN_IP,
     SWITCH_LAN_MAC,
     SWITCH_WAN_MAC,
 )
-from topologies.errors import MachineError
+from bufsize.topologies.errors import MachineError
 
 if TYPE_CHECKING:
-    from topologies.dumbbell import Dumbbell
+    from bufsize.topologies.dumbbell import Dumbbell
 
 
 def import_mininet() -> Any:

@@ -31,21 +31,30 @@ from typing import Any, NoReturn
 
 # `mn --custom` execs this file without __file__; the code object still knows its path.
 _REPO = Path(inspect.currentframe().f_code.co_filename).resolve().parent.parent  # type: ignore[union-attr]
-if str(_REPO) not in sys.path:
-    sys.path.insert(0, str(_REPO))
+try:
+    import bufsize.topologies  # noqa: F401
+except ImportError:
+    # mn runs Debian's python3, where the toolkit is not installed: name the checkout's folders as
+    # pyproject.toml's package-dir does (bufsize.topologies is ./topologies), without running any
+    # of the top layer's code.
+    import types
+
+    _pkg = types.ModuleType("bufsize")
+    _pkg.__path__ = [str(_REPO / "buffersizing"), str(_REPO)]
+    sys.modules["bufsize"] = _pkg
 
 from mininet.link import Intf, Link, TCIntf  # noqa: E402
 from mininet.node import Node  # noqa: E402
 from mininet.topo import Topo  # noqa: E402
 
-from topologies import FRAME_BYTES  # noqa: E402
-from topologies.config import MAX_HOSTS, TC_SHAPERS, default_burst_bytes  # noqa: E402
-from topologies.delay import NETEM_LIMIT  # noqa: E402
-from topologies.description import OFFLOADS_OFF  # noqa: E402
-from topologies.errors import MachineError, UsageError  # noqa: E402
-from topologies.machine import qdisc_support  # noqa: E402
-from topologies.shaper import build_commands  # noqa: E402
-from topologies.units import check_buffer_bytes, packets_to_bytes  # noqa: E402
+from bufsize.topologies import FRAME_BYTES  # noqa: E402
+from bufsize.topologies.config import MAX_HOSTS, TC_SHAPERS, default_burst_bytes  # noqa: E402
+from bufsize.topologies.delay import NETEM_LIMIT  # noqa: E402
+from bufsize.topologies.description import OFFLOADS_OFF  # noqa: E402
+from bufsize.topologies.errors import MachineError, UsageError  # noqa: E402
+from bufsize.topologies.machine import qdisc_support  # noqa: E402
+from bufsize.topologies.shaper import build_commands  # noqa: E402
+from bufsize.topologies.units import check_buffer_bytes, packets_to_bytes  # noqa: E402
 
 LAN_PREFIX, ROUTER_LAN_IP = "10.1", "10.1.255.254"
 WAN_ROUTER_IP, RECEIVER_IP = "10.2.0.254", "10.2.0.1"
@@ -53,7 +62,7 @@ WAN_ROUTER_IP, RECEIVER_IP = "10.2.0.254", "10.2.0.1"
 
 # Loaded by `mn --custom` (exec'd, so no module name): a refusal there exits with one line instead of
 # raising into mn's handler, whose cleanup kills every process named "mininet:" on the machine.
-UNDER_MN = __name__ != "topologies.mn_dumbbell"
+UNDER_MN = __name__ != "bufsize.topologies.mn_dumbbell"
 
 
 @cache

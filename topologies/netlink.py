@@ -12,8 +12,8 @@ import socket
 import struct
 import time
 
-from topologies import netns
-from topologies.errors import RunError
+from bufsize.topologies import netns
+from bufsize.topologies.errors import RunError
 
 NLMSG_ERROR = 2
 NLM_F_REQUEST = 1

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import socket
 from collections.abc import Sequence
 from contextlib import contextmanager
 
-from topologies.proc import run
+from bufsize.topologies.proc import run
 
 NETNS_DIR = "/run/netns"
 # Every namespace the toolkit creates starts with this prefix; `bufsize clean` relies on it.
@@ -78,31 +77,31 @@ def iproute(name: str):
         return IPRoute()
 
 
-CLONE_NEWNET = 0x40000000
-
-
 class NamespaceSockets:
     """Sockets in named namespaces, made from one thread of one process: setns() into the
     namespace, socket(), setns() back. A socket keeps the namespace it was made in, so one
     event loop can serve transfers from hundreds of hosts without a process per host."""
 
     def __init__(self) -> None:
-        self._setns = ctypes.CDLL(None, use_errno=True).setns
         self.home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         self.fds: dict[str, int] = {}
 
     def _enter(self, fd: int) -> None:
-        if self._setns(fd, CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"setns: {os.strerror(err)}")
+        # pyroute2's setns, given an open descriptor (flags 0: never creates a namespace). Imported
+        # here: `mn --custom` loads this layer under Debian's python3, which has no pyroute2.
+        from pyroute2.netns import setns
 
-    def socket(self, name: str, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM) -> socket.socket:
+        setns(fd, flags=0)
+
+    def socket(
+        self, name: str, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM, proto: int = 0
+    ) -> socket.socket:
         fd = self.fds.get(name)
         if fd is None:
             fd = self.fds[name] = os.open(ns_path(name), os.O_RDONLY | os.O_CLOEXEC)
         self._enter(fd)
         try:
-            return socket.socket(family, kind)
+            return socket.socket(family, kind, proto)
         finally:
             self._enter(self.home)
 

@@ -9,7 +9,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 
-from topologies.errors import RunError
+from bufsize.topologies.errors import RunError
 
 PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)  # resolved before any fork: the child only calls it
@@ -99,23 +99,23 @@ def sleep_checked(seconds: float, check: Callable[[], None] | None, every: float
         time.sleep(min(every, left))
 
 
-def state_letter(pid: int) -> str | None:
-    """The process's state (R, S, D, T stopped, Z zombie ...), or None if it is gone."""
+def status(pid: int) -> str | None:
+    """psutil's status of the process (psutil.STATUS_RUNNING, _STOPPED, _ZOMBIE ...), or None if it is gone."""
+    import psutil  # here: `mn --custom` loads this layer under Debian's python3, which has no psutil
+
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
+        return psutil.Process(pid).status()
+    except psutil.Error:
         return None
-    return stat[stat.rindex(")") + 2]
 
 
 def parent_pid(pid: int) -> int | None:
+    import psutil
+
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
+        return psutil.Process(pid).ppid()
+    except psutil.Error:
         return None
-    return int(stat[stat.rindex(")") + 2 :].split()[1])
 
 
 def net_ns_id(pid: int) -> tuple[int, int] | None:
@@ -131,7 +131,8 @@ def start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat), or None.
 
     Recorded with every PID so that a later cleanup never signals a different process that
-    happens to have been given the same PID.
+    happens to have been given the same PID. Read here rather than as psutil's create_time(): that is
+    a float (boot time + ticks / HZ) and the ledgers compare an exact integer, also across versions.
     """
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -196,7 +197,7 @@ def _signal(pid: int, fd: int | None, sig: int) -> bool:
 
 
 def _is_zombie(pid: int) -> bool:
-    return state_letter(pid) in (None, "Z")
+    return status(pid) in (None, "zombie", "dead")  # psutil.STATUS_ZOMBIE, STATUS_DEAD
 
 
 def _reap(pid: int) -> None:

@@ -12,7 +12,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from topologies.netlink import NLM_F_REQUEST, NLMSG, RouteSocket, attrs, check_answer
+from bufsize.topologies.netlink import NLM_F_REQUEST, NLMSG, RouteSocket, attrs, check_answer
 
 RTM_NEWQDISC = 36
 RTM_GETQDISC = 38

@@ -10,8 +10,8 @@ so the shaper's token state, its counters and the flows running through it are u
 
 from __future__ import annotations
 
-from topologies import FRAME_BYTES
-from topologies.units import tc_rate
+from bufsize.topologies import FRAME_BYTES
+from bufsize.topologies.units import tc_rate
 
 ROOT = "1:"
 CLASS = "1:1"

@@ -10,8 +10,8 @@ import json
 import re
 from pathlib import Path
 
-from topologies import ledger
-from topologies.safefiles import write_atomic
+from bufsize.topologies import ledger
+from bufsize.topologies.safefiles import write_atomic
 
 
 def _proc_path(name: str) -> Path:

@@ -6,7 +6,7 @@ import os
 import re
 from pathlib import Path
 
-from topologies.proc import run
+from bufsize.topologies.proc import run
 
 TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 TRACEPOINTS = ("qdisc/qdisc_dequeue", "qdisc/qdisc_enqueue", "net/net_dev_xmit", "tcp/tcp_probe")
@@ -37,3 +37,27 @@ def instance_overruns(instance: Path) -> int:
         m = re.search(r"^overrun: (\d+)", stats.read_text(), re.M)
         total += int(m[1]) if m else 0
     return total
+
+
+class TraceFormatError(RuntimeError):
+    """A tracepoint printed lines its parser does not match: a kernel whose print format changed.
+    Raised instead of reading the run as one without events."""
+
+
+def check_all_parsed(text: bytes | str, event: str, matched: int, pattern: re.Pattern | None = None) -> None:
+    """Fails unless every line of `event` in `text` was among the `matched` ones; the error shows the
+    first line that `pattern` (the parser's) does not match, or the first line of the event."""
+    tag = f": {event}: "
+    raw = text if isinstance(text, bytes) else text.encode()
+    seen = raw.count(tag.encode())
+    if matched == seen:
+        return
+    lines = [ln for ln in raw.splitlines() if tag.encode() in ln]
+    bad = next(
+        (ln for ln in lines if pattern is None or not pattern.search(ln if isinstance(text, bytes) else ln.decode())),
+        lines[0],
+    )
+    raise TraceFormatError(
+        f"{event}: {seen - matched} of {seen} trace lines do not have the format the parser knows "
+        f"(kernel {os.uname().release}); the first: {bad.decode(errors='replace')[:300]!r}"
+    )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from topologies import FRAME_BYTES
-from topologies.errors import UsageError
+from bufsize.topologies import FRAME_BYTES
+from bufsize.topologies.errors import UsageError
 
 MAX_BUFFER_BYTES = 1 << 30  # bfifo limit is a u32; 1 GiB is far beyond any sensible buffer
 

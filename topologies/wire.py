@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from topologies import netns
-from topologies.cleanup import teardown
-from topologies.delay import HELPER
-from topologies.ledger import RunState
-from topologies.proc import run
+from bufsize.topologies import netns
+from bufsize.topologies.cleanup import teardown
+from bufsize.topologies.delay import HELPER
+from bufsize.topologies.ledger import RunState
+from bufsize.topologies.proc import run
 
 
 class Wire:

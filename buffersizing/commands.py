@@ -1,0 +1,207 @@
+"""What each `bufsize` command does once its arguments are parsed (the parser is cli.py): validate
+what the arguments alone can say, then require root, then run. Each returns the exit status; with
+--json a command prints one JSON document on stdout and its progress on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from bufsize import options
+from bufsize.experiment import Say, stderr_say
+from bufsize.longlived.measure import MeasureOptions
+from bufsize.resultdir import check_out_dir, table_rows
+from bufsize.topologies.config import DumbbellConfig
+from bufsize.topologies.errors import UsageError
+from bufsize.topologies.machine import delay_backend, require_root
+
+
+def result_dir(a: argparse.Namespace, name: str = "result.json") -> Path | None:
+    """--out checked (a writable directory, no earlier result unless --force) before anything is built."""
+    if a.out is None:
+        return None
+    out = check_out_dir(a.out)
+    if (out / name).exists() and not a.force:
+        raise UsageError(f"--out {out} already holds a {name}; choose another directory or add --force")
+    return out
+
+
+def quiet_if(flag: bool) -> Say | None:
+    return (lambda s: None) if flag else None  # None: progress on stderr
+
+
+def cmd_doctor(a: argparse.Namespace) -> int:
+    from bufsize.longlived.presets import format_preset_methods, preset_methods
+    from bufsize.topologies.machine import format_report, probe
+
+    caps = probe()
+    methods = preset_methods(caps.qdiscs, caps.delayline_built)
+    if a.json:
+        print(json.dumps(caps.to_dict() | {"presets": methods}, indent=1))
+    else:
+        print(format_report(caps) + "\n" + format_preset_methods(methods))
+    return 0 if not caps.problems else 1
+
+
+def cmd_verify(a: argparse.Namespace) -> int:
+    from bufsize.verify import check_duration, format_summary, run_verify
+
+    cfg = options.config_from_args(a)
+    check_duration(a.duration)
+    require_root()
+    out = result_dir(a, "verify.json")
+    if not a.json:
+        print(f"building a dumbbell of {cfg.hosts} hosts and measuring it ...", file=sys.stderr)
+    s = run_verify(cfg, cfg.backend(), a.duration, rate_test=not a.no_rate, out=out)
+    print(json.dumps(s, indent=1) if a.json else format_summary(s))
+    return 0 if s["ok"] else 1
+
+
+def cmd_flows(a: argparse.Namespace) -> int:
+    from bufsize.flows import check_duration, format_flows, run_flows
+    from bufsize.longlived.traffic import split_flows
+
+    cfg = options.config_from_args(a)
+    split_flows(a.flows, cfg.hosts)
+    check_duration(a.duration)
+    require_root()
+    s = run_flows(cfg, cfg.backend(), a.flows, a.tool, a.duration, quiet_if(a.json) or stderr_say)
+    print(json.dumps(s, indent=1) if a.json else format_flows(s, a.duration))
+    return 0
+
+
+def cmd_search(a: argparse.Namespace) -> int:
+    from bufsize.longlived.search import SearchOptions, resolved_config, run_search
+
+    if a.buffer_bytes is not None or a.buffer_packets is not None:
+        raise UsageError("search chooses the buffer itself: drop --buffer-bytes/--buffer-packets")
+    cfg = options.config_from_args(a)
+    opts = SearchOptions(a.flows, a.target, a.relative_to, a.samples, a.settle_s, a.sample_s,
+                         resolution=a.resolution, max_samples=a.max_samples, alpha=a.alpha,
+                         max_buffer_packets=a.max_buffer_packets, first_guess=not a.no_first_guess, tool=a.tool,
+                         fidelity_s=a.fidelity_s)  # fmt: skip
+    opts.validate(cfg)
+    if a.print_config:  # resolved and checked; nothing is built
+        return print(json.dumps(resolved_config(cfg, opts))) or 0
+    require_root()
+    out = result_dir(a)
+    result = run_search(cfg, cfg.backend(), opts, out, log=quiet_if(a.json))
+    if a.json:
+        print(json.dumps(result, indent=1))
+    elif out is not None:
+        print(f"result written to {out}/result.json")
+    return 0 if result["valid"] else 3
+
+
+def measure_options(a: argparse.Namespace, flows: int, cfg: DumbbellConfig) -> MeasureOptions:
+    o = MeasureOptions(flows, a.duration, a.settle_s, a.sample_s, a.reference_s, a.fidelity_s, a.tool)
+    o.validate(cfg)
+    return o
+
+
+def cmd_measure(a: argparse.Namespace) -> int:
+    from bufsize.longlived.measure import format_measure, run_measure
+
+    if a.buffer_bytes is None and a.buffer_packets is None:
+        raise UsageError("give the buffer under study: --buffer-packets or --buffer-bytes")
+    cfg = options.config_from_args(a)
+    opts = measure_options(a, a.flows, cfg)
+    require_root()
+    out = result_dir(a)
+    assert cfg.buffer_bytes is not None
+    result = run_measure(cfg, cfg.backend(), [cfg.buffer_bytes], opts, out, log=quiet_if(a.json))
+    print(json.dumps(result, indent=1) if a.json else format_measure(result, out))
+    return 0 if result["valid"] else 3
+
+
+def cmd_util_table(a: argparse.Namespace) -> int:
+    from bufsize.longlived.utiltable import MAX_MULTIPLE, check_table, run_util_table
+
+    flows = options.parse_flow_list(a.flows)
+    multiples = options.parse_float_list("--multiples", a.multiples, 0, MAX_MULTIPLE)
+    check_table(flows, multiples, a.hosts)
+    configs = {n: options.link_config(a, min(n, a.hosts)) for n in flows}
+    opts = {n: measure_options(a, n, configs[n]) for n in flows}
+    require_root()
+    out = check_out_dir(a.out)  # before the backend probe builds its namespace
+    backend = delay_backend(a.delay_backend, a.shaper)
+    paths = run_util_table(out, flows, multiples, a.hosts, configs.get, opts.get, backend, stderr_say)
+    if a.json:
+        print(json.dumps({"out": str(out), "wrote": [str(p) for p in paths], "table": table_rows(out)}, indent=1))
+    for path in [] if a.json else paths:
+        print(f"wrote {path}")
+    return 0
+
+
+def sweep_outcome(out: Path, res: dict, paths: list[Path]) -> dict:
+    """What --json prints after a sweep: its directory, the points' outcome, and the table's rows."""
+    return {"out": str(out), **res, "wrote": [str(p) for p in paths], "table": table_rows(out) if paths else []}
+
+
+def cmd_sweep(a: argparse.Namespace) -> int:
+    from bufsize.longlived.report import make_report
+    from bufsize.longlived.sweep import format_plan, parse_points, plan, run_sweep, spec_from_args
+
+    spec = spec_from_args(a)
+    only = parse_points(a.points, spec) if a.points is not None else None
+    out = check_out_dir(a.out, create=not a.dry_run)
+    if a.dry_run:
+        backend = delay_backend(spec.delay_backend, spec.shaper) if os.geteuid() == 0 else None
+        p = plan(out, spec, backend, only)
+        print(json.dumps(p, indent=1) if a.json else format_plan(p))
+        return 0
+    require_root()
+    backend = delay_backend(spec.delay_backend, spec.shaper)
+    res = run_sweep(out, spec, backend, only=only, allow_mixed_shapers=a.allow_mixed_shapers)
+    paths = make_report(out) if res["finished"] else []
+    if a.json:
+        print(json.dumps(sweep_outcome(out, res, paths), indent=1))
+    for path in [] if a.json else paths:
+        print(f"wrote {path}")
+    if res["failed"]:
+        print(f"{len(res['failed'])} point(s) failed; re-run the same command to retry them:", file=sys.stderr)
+        for f in res["failed"]:
+            print(f"  {f}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_plot(a: argparse.Namespace) -> int:
+    from bufsize.longlived.report import plot_dir
+
+    paths = plot_dir(a.dir, a.title)
+    print(
+        json.dumps({"wrote": [str(p) for p in paths]}, indent=1) if a.json else "\n".join(f"wrote {p}" for p in paths)
+    )
+    return 0
+
+
+def cmd_clean(a: argparse.Namespace) -> int:
+    from bufsize.topologies.cleanup import clean_leftovers
+
+    require_root()
+    report = clean_leftovers()  # refuses an unsafe state directory (MachineError) before anything
+    print(json.dumps({"removed": report.removed, "refused": report.refused}, indent=1) if a.json else report.summary())
+    print("".join(f"bufsize clean: {r}\n" for r in report.refused), end="", file=sys.stderr)
+    return 1 if report.refused else 0
+
+
+def cmd_quick(a: argparse.Namespace) -> int:
+    from bufsize.quick import plan_quick, run_quick
+
+    if a.dry_run:
+        p = plan_quick(a.out)
+        print(json.dumps(p, indent=1) if a.json else p["text"])
+        return 0
+    require_root()
+    if not a.json:
+        return run_quick(a.out)[0]
+    with contextlib.redirect_stdout(sys.stderr):  # the report goes to stderr, the outcome alone to stdout
+        code, out = run_quick(a.out)
+    print(json.dumps({"status": code, "out": str(out) if out else None, "table": table_rows(out)}, indent=1))
+    return code

@@ -1,0 +1,1 @@
+"""Long-lived flows: traffic, the buffer search and its sweeps, fixed-buffer measurements, the replication figure."""

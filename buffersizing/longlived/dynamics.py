@@ -1,0 +1,76 @@
+"""How long a probe must wait and sample, from the congestion-control dynamics of the configuration.
+
+A probe that settles for 3 s and samples 3 x 1 s (the 2012 search) sees a fraction of one Reno
+sawtooth when there are few flows: one flow at 87 ms and 62.5 Mb/s takes 20 to 40 s to climb from
+W/2 back to W. Each sample here spans at least one congestion cycle of a flow, so a sample's
+utilization is a cycle average rather than a phase of it, and the settle time covers a cycle too.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from bufsize.topologies import FRAME_BYTES
+
+CUBIC_C = 0.4  # cubic's scaling constant (packets / s^3), as in the kernel
+CUBIC_BETA = 0.7  # window after a loss, as a fraction of the window before it
+
+
+def cycle_seconds(cc: str, flows: int, bdp_packets: float, buffer_packets: float, rtt_s: float) -> float:
+    """One congestion cycle (loss to loss) of one of `flows` flows sharing the pipe and buffer."""
+    w = max(1.0, (bdp_packets + buffer_packets) / flows)  # a flow's window just before a loss
+    if cc in ("cubic", "bic"):
+        # Cubic regrows to W in K = cbrt(W (1 - beta) / C) seconds, but never slower than its
+        # Reno-friendly estimate, which gains 3(1 - beta)/(1 + beta) packets per RTT.
+        k = math.cbrt(w * (1 - CUBIC_BETA) / CUBIC_C)
+        friendly = w * (1 - CUBIC_BETA) / (3 * (1 - CUBIC_BETA) / (1 + CUBIC_BETA)) * rtt_s
+        return min(k, friendly)
+    if cc in ("reno", "highspeed", "scalable", "htcp", "illinois", "vegas", "westwood"):
+        return w / 2 * rtt_s  # halve, then one packet per RTT back to W
+    return 10 * rtt_s  # bbr and others: a gain cycle is 8 round trips
+
+
+@dataclass(frozen=True)
+class Timing:
+    settle_s: float  # after a buffer change, before the first sample
+    sample_s: float  # length of one utilization sample
+    warmup_s: float  # after the flows start, before calibration
+
+    def to_dict(self) -> dict:
+        return {k: round(v, 2) for k, v in self.__dict__.items()}
+
+
+def auto_timing(
+    cc: str,
+    flows: int,
+    rate_mbps: float,
+    rtt_ms: float,
+    buffer_bytes: float,
+    min_sample_s: float = 1.0,
+    max_sample_s: float = 30.0,
+) -> Timing:
+    """Settle and sample lengths for probes around `buffer_bytes`."""
+    rtt_s = rtt_ms / 1000
+    bdp = rate_mbps * 1e6 / 8 * rtt_s / FRAME_BYTES
+    cycle = cycle_seconds(cc, flows, bdp, buffer_bytes / FRAME_BYTES, rtt_s)
+    sample = min(max_sample_s, max(min_sample_s, 20 * rtt_s, cycle))
+    settle = min(2 * max_sample_s, max(2.0, 20 * rtt_s, cycle))
+    # Slow start fills the pipe in about log2(BDP) round trips; then one cycle at the large buffer.
+    warmup = max(3.0, (math.log2(max(2.0, bdp)) + 5) * rtt_s, min(cycle, 2 * max_sample_s))
+    return Timing(settle, sample, warmup)
+
+
+def estimate_search_seconds(
+    cc: str, flows: int, rate_mbps: float, rtt_ms: float, samples: int, settle_s: float | None, sample_s: float | None
+) -> float:
+    """A rough wall time for one search, for ETAs before any point has finished."""
+    bdp = rate_mbps * 1e6 / 8 * rtt_ms / 1000 / FRAME_BYTES
+    around = max(1.0, bdp / math.sqrt(flows)) * FRAME_BYTES
+    t = auto_timing(cc, flows, rate_mbps, rtt_ms, around)
+    settle = settle_s if settle_s is not None else t.settle_s
+    sample = sample_s if sample_s is not None else t.sample_s
+    setup = 3.0 + 0.02 * flows + 1.0 + 4 * rtt_ms / 1000 + 0.01 * flows
+    calibration = t.warmup_s + 10 * max(1.0, rtt_ms / 100) + 3.0
+    probes = math.log2(max(2.0, 2 * bdp)) + 3  # bisection plus first guess and re-checks
+    return setup + calibration + probes * (settle + samples * sample * 1.3)  # 1.3: some probes are extended

@@ -1,0 +1,208 @@
+"""Fixed-buffer experiments: utilization, loss and queue at given buffers, after the flows have settled.
+
+One dumbbell and one set of N flows serve every buffer asked for (the bfifo limit is changed in
+place, as the search does), so the flows' RTT spread and start times are the same for each. Before
+the first buffer, the flows warm up at two bandwidth-delay products and the link's reference rate
+is measured there: the most this emulation carries, against which a utilization short of 100 % can
+be judged. Utilization itself is against the nominal rate C, as the papers report it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from bufsize.experiment import MAX_WAIT_S, MIN_SAMPLE_S, Experiment, Say, check_fidelity_s
+from bufsize.longlived.dynamics import auto_timing
+from bufsize.longlived.traffic import LongFlows, split_flows
+from bufsize.monitors.cpu import CpuMonitor
+from bufsize.monitors.rate import sample_rates
+from bufsize.monitors.recorder import Recorder, queue_stats
+from bufsize.topologies import FRAME_BYTES
+from bufsize.topologies.config import DumbbellConfig
+from bufsize.topologies.counters import InterfaceCounters
+from bufsize.topologies.dumbbell import Dumbbell
+from bufsize.topologies.errors import UsageError
+from bufsize.topologies.units import check_buffer_bytes, check_number
+
+REFERENCE_BDPS = 2
+MAX_DURATION_S = 3600.0
+# Many flows starting together overshoot in slow start and sit out timeouts with backoff; give them time.
+MIN_WARMUP_S = 15.0
+MIN_SETTLE_S = 5.0
+
+
+@dataclass
+class MeasureOptions:
+    flows: int
+    duration_s: float = 60.0  # measured time at each buffer
+    settle_s: float | None = None  # after a buffer change; None: scaled to the dynamics (>= 20 RTT, 5 s)
+    sample_s: float = 1.0  # utilization samples (their spread is reported)
+    reference_s: float = 10.0  # 0: skip the reference-rate measurement
+    fidelity_s: float = 2.0
+    tool: str = "iperf"
+
+    def validate(self, cfg: DumbbellConfig) -> None:
+        split_flows(self.flows, 1)
+        check_number("--duration", self.duration_s, 0, MAX_DURATION_S)
+        if self.settle_s is not None:
+            check_number("--settle-s", self.settle_s, 0, MAX_WAIT_S, lo_inclusive=True)
+        check_number("--sample-s", self.sample_s, MIN_SAMPLE_S, 60, lo_inclusive=True)
+        if self.sample_s > self.duration_s:
+            raise UsageError(f"--sample-s {self.sample_s:g} is longer than --duration {self.duration_s:g}")
+        # The reference is sampled in whole seconds (max(1, round(reference_s)) samples of 1 s).
+        if self.reference_s != 0 and not (math.isfinite(self.reference_s) and 1 <= self.reference_s <= MAX_WAIT_S):
+            raise UsageError(f"--reference-s {self.reference_s:g}: must be 0 (skip) or from 1 to {MAX_WAIT_S:g} s")
+        check_fidelity_s(self.fidelity_s)
+        if self.reference_s > 0 and round(cfg.bdp_bytes / FRAME_BYTES) < 1:
+            # The flows warm up and the reference is taken at REFERENCE_BDPS x round(BDP) packets.
+            raise UsageError(
+                f"--rtt-ms {max(cfg.rtt_ms):g} with --rate-mbps {cfg.rate_mbps:g}: the bandwidth-delay product is "
+                f"{cfg.bdp_bytes / FRAME_BYTES:.2g} packets, so the reference buffer of {REFERENCE_BDPS} BDP "
+                "would be empty; give a longer --rtt-ms or skip the reference with --reference-s 0"
+            )
+
+
+def measure_buffer(
+    net: Dumbbell,
+    flows: LongFlows,
+    counters: InterfaceCounters,
+    rec: Recorder,
+    buffer_bytes: int,
+    o: MeasureOptions,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict:
+    cfg = net.cfg
+    rtt = max(cfg.rtt_ms)
+    settle = o.settle_s
+    if settle is None:
+        auto = auto_timing(cfg.cc, o.flows, cfg.rate_mbps, rtt, buffer_bytes, max_sample_s=o.duration_s)
+        settle = max(MIN_SETTLE_S, auto.settle_s)
+    if buffer_bytes != net.buffer_bytes:
+        net.set_buffer(buffer_bytes)
+    sleep(settle)
+    n = max(1, round(o.duration_s / o.sample_s))
+    cpu = CpuMonitor().start()
+    leaf0 = net.bottleneck.leaf_drops()
+    t0 = time.monotonic()
+    sampled = sample_rates(counters, n, o.sample_s, sleep)
+    rates, sent_bytes, sent_packets, seconds = (
+        sampled.rates_mbps,
+        sampled.sent_bytes,
+        sampled.sent_packets,
+        sampled.seconds,
+    )
+    t1 = time.monotonic()
+    dropped = net.bottleneck.leaf_drops() - leaf0
+    net.check_alive()
+    flows.check()
+    util = sent_bytes * 8 / seconds / 1e6 / cfg.rate_mbps
+    sums = [s for t, _, s, _ in rec.rec.cwnd_sum if t0 <= t <= t1]
+    return {
+        "buffer_packets": round(buffer_bytes / FRAME_BYTES, 1),
+        "buffer_bytes": buffer_bytes,
+        "settle_s": round(settle, 1),
+        "seconds": round(seconds, 2),
+        "utilization": round(util, 5),
+        "utilization_samples": {
+            "n": len(rates),
+            "median": round(statistics.median(rates) / cfg.rate_mbps, 5),
+            "min": round(min(rates) / cfg.rate_mbps, 5),
+            "max": round(max(rates) / cfg.rate_mbps, 5),
+        },
+        "bottleneck_drops": dropped,
+        "packets_sent": sent_packets,
+        "loss_rate": round(dropped / max(1, sent_packets + dropped), 6),
+        "queue": queue_stats(rec.rec.queue, t0, t1),
+        "cwnd_sum": (
+            {"samples": len(sums), "mean": round(statistics.fmean(sums), 1), "sd": round(statistics.pstdev(sums), 1)}
+            if len(sums) > 1
+            else {"samples": len(sums)}
+        ),
+        "cpu": cpu.stop().to_dict(),
+        "rates_mbps": [round(r, 3) for r in rates],
+    }
+
+
+def run_measure(
+    cfg: DumbbellConfig,
+    backend: str,
+    buffers_bytes: list[int],
+    opts: MeasureOptions,
+    out: Path | None = None,
+    log: Say | None = None,
+) -> dict:
+    """Measure at each buffer in turn on one dumbbell; return (and, with `out`, write) the result."""
+    opts.validate(cfg)
+    if not buffers_bytes:
+        raise UsageError("give at least one buffer")
+    for b in buffers_bytes:
+        check_buffer_bytes(b)
+    bdp = cfg.bdp_bytes / FRAME_BYTES  # at the longest RTT: what the warm-up buffer must cover
+    # Packets in flight with flows sharing C equally over spread RTTs: C x the mean RTT.
+    pipe = cfg.rate_mbps * 1e6 / 8 * statistics.fmean(cfg.rtt_ms) / 1000 / FRAME_BYTES
+    warm_buffer = REFERENCE_BDPS * round(bdp) * FRAME_BYTES if opts.reference_s > 0 else buffers_bytes[0]
+    cfg = replace(cfg, buffer_bytes=warm_buffer)
+    rtt = max(cfg.rtt_ms)
+    ex = Experiment(cfg, backend, "measure", out, log, require_recorder=True, saves_result=True)
+    say = ex.say
+    say(
+        f"measure: {opts.flows} flows over {cfg.hosts} hosts, {cfg.rate_mbps:g} Mb/s, "
+        f"RTT {min(cfg.rtt_ms):g}..{rtt:g} ms, "
+        f"cc {cfg.cc}; BDP {pipe:.0f} packets (mean RTT); "
+        f"buffers {', '.join(f'{b / FRAME_BYTES:.0f}' for b in buffers_bytes)} "
+        f"packets, {opts.duration_s:g} s each"
+    )
+    points: list[dict] = []
+    reference = None
+    with ex:
+        assert ex.net is not None
+        flows = ex.start_flows(opts.flows, opts.tool)
+        assert ex.recorder is not None
+        ex.partial = lambda: {"reference_rate_mbps": reference, "points": points}
+        with ex.net.bottleneck.counters() as counters:
+            warm = max(MIN_WARMUP_S, auto_timing(cfg.cc, opts.flows, cfg.rate_mbps, rtt, warm_buffer).warmup_s)
+            ex.warm_up(warm, f"at {warm_buffer // FRAME_BYTES} packets")
+            if opts.reference_s > 0:
+                reference = sample_rates(counters, max(1, round(opts.reference_s)), 1.0).mean_mbps
+                say(f"  reference rate at {REFERENCE_BDPS} BDP: {reference:.2f} Mb/s ({reference / cfg.rate_mbps:.2%})")
+            ex.trace_fidelity(opts.fidelity_s)
+            for b in buffers_bytes:
+                p = measure_buffer(ex.net, flows, counters, ex.recorder, b, opts, ex.sleep)
+                points.append(p)
+                q = p["queue"]
+                say(
+                    f"  {p['buffer_packets']:g} packets: utilization {p['utilization']:.2%}, "
+                    f"loss {p['loss_rate']:.3%}, "
+                    f"queue mean {q.get('mean_packets', 0):.0f} (empty {q.get('empty_fraction', 0):.0%}) "
+                    f"[{time.monotonic() - ex.t_wall:.0f} s]"
+                )
+    fields: dict = {
+        "bdp_packets": round(pipe, 1),
+        "bdp_packets_longest_rtt": round(bdp, 1),
+        "points": points,
+    }
+    if len(points) == 1:  # the single-buffer form reads like one measurement
+        fields |= {k: points[0][k] for k in ("buffer_packets", "buffer_bytes", "utilization", "loss_rate", "queue")}
+    return ex.finish(
+        fields,
+        {},
+        reference_mbps=reference,
+        cpu_idle_min=min(p["cpu"]["idle"] for p in points),
+        options=asdict(opts),
+    )
+
+
+def format_measure(result: dict, out: Path | None) -> str:
+    q = result["queue"]
+    flagged = ", ".join(k for k, v in result["flags"].items() if v is False)
+    text = (
+        f"utilization {result['utilization']:.2%} of {result['nominal_rate_mbps']:g} Mb/s, "
+        f"loss {result['loss_rate']:.3%}, queue mean {q.get('mean_packets')} p99 {q.get('p99_packets')} "
+        f"max {q.get('max_packets')} packets" + ("" if result["valid"] else f"; FLAGGED: {flagged}")
+    )
+    return text + (f"\nresult, monitor data and plots written to {out}/" if out is not None else "")

@@ -1,0 +1,99 @@
+"""Named sweeps: the main job's quick replication, the full one, and the Reno theory check.
+
+The hardware comparison (quick, full) uses bic where the kernel has it and cubic otherwise: the
+NetFPGA hosts and the 2012 emulation ran the Linux default of their day (BIC), so Reno there would
+compare different congestion controls (design-notes section 5). The theory preset uses Reno, which
+the sqrt(N) model assumes.
+"""
+
+from __future__ import annotations
+
+from bufsize.topologies.config import available_congestion_controls, line_capacity_warning, shaper_choice
+from bufsize.topologies.errors import MachineError, UsageError
+from bufsize.topologies.machine import kernel_has_module, resolve_backend
+
+PAPER_RATE_MBPS = 62.5
+PAPER_RTT_MS = "87"
+FULL_FLOWS = [2, 5, 10, 20, 50, 100, 200, 400, 600, 800]
+# The Reno check needs fewer N (Reno's cycle at N=2 makes one search there take about half an hour).
+THEORY_FLOWS = [2, 10, 50, 100, 200, 400, 800]
+# Five runs per N: the spread of the answer (median, range, CV) needs more than three. A sweep runs
+# every N of run 1 first, so a stopped sweep still covers every N; `--points` picks a subset.
+RUNS = 5
+# Full and theory sweeps decide each probe by a sequential sign test (5 to 20 samples): on a link
+# simulated with the noise of real samples it cut the answer's spread from 28 % (3 fixed samples)
+# to 6-7 % for about 3.5 times the samples (tests/test_search.py).
+SEQUENTIAL = {"samples": 5, "max_samples": 20, "resolution": 0.05}
+# Sender hosts: each point uses min(N, PRESET_MAX_HOSTS), seed 004's 400 at most, so N <= 400 keep one
+# flow a host. The host count did not move the answer on the line (cubic, full preset: N=200 answered
+# 7-8 packets over 1, 2, 100 and 200 hosts, N=800 7 over 1, 2 and 100; results/hosts/2026-11-25/). The
+# sweeps committed before 2026-11-26 capped it at 100, because 400 hosts then overloaded the CPU the
+# line leaves for the traffic on 2 cores; since iperf's timer slack they fit (topologies/config.py
+# LINE_MAX_HOSTS_PER_CPU, bench/results/shaper-scale/).
+PRESET_MAX_HOSTS = 400
+
+
+def hardware_cc() -> str:
+    return "bic" if "bic" in available_congestion_controls() or kernel_has_module("tcp_bic") else "cubic"
+
+
+# The shaper every preset was validated with, pinned so that a preset answers with the same method
+# on every machine (a cloud VM's netem kernel included): the line (topologies/config.py says why).
+PRESET_SHAPER = "line"
+
+
+def preset(name: str) -> dict:
+    """Sweep settings a preset fixes; anything given on the command line overrides them."""
+    base = {"rate_mbps": PAPER_RATE_MBPS, "rtt_ms": PAPER_RTT_MS, "max_hosts": PRESET_MAX_HOSTS,
+            "shaper": PRESET_SHAPER}  # fmt: skip
+    if name == "quick":
+        # About 20 minutes here: one run of five N, three samples per probe, 10 % resolution.
+        return base | {"flows": [2, 10, 50, 200, 800], "runs": 1, "cc": hardware_cc(), "samples": 3, "resolution": 0.1}
+    if name == "full":
+        return base | {"flows": FULL_FLOWS, "runs": RUNS, "cc": hardware_cc(), **SEQUENTIAL}
+    if name == "theory":
+        return base | {"flows": THEORY_FLOWS, "runs": RUNS, "cc": "reno", **SEQUENTIAL}
+    raise KeyError(name)
+
+
+PRESETS = ("quick", "full", "theory")
+
+
+def preset_methods(qdiscs: dict[str, bool], delayline_built: bool, cpus: int | None = None) -> dict[str, dict]:
+    """For `bufsize doctor`: the shaper and delay backend each preset gets on this machine, and why (or
+    why it cannot run here)."""
+    methods: dict[str, dict] = {}
+    for name in PRESETS:
+        p = preset(name)
+        hosts = min(max(p["flows"]), p["max_hosts"])
+        try:
+            backend = resolve_backend("auto", qdiscs, delayline_built, p["shaper"])
+            shaper, _ = shaper_choice(p["shaper"], backend, cpus)
+        except (MachineError, UsageError) as e:
+            methods[name] = {"runs": False, "why": str(e)}
+            continue
+        methods[name] = {
+            "runs": True,
+            "shaper": shaper,
+            "delay_backend": backend,
+            "most_hosts": hosts,
+            "why": "pinned by the preset: the shaper its committed results were measured with"
+            + ("; the delay line carries the delay too, although this kernel has netem" if qdiscs.get("netem") else ""),
+            "warning": line_capacity_warning(shaper, hosts, cpus, rate_mbps=p["rate_mbps"]),
+        }
+    return methods
+
+
+def format_preset_methods(methods: dict[str, dict]) -> str:
+    lines = []
+    for name, m in methods.items():
+        if not m["runs"]:
+            lines.append(f"preset {name + ':':8} cannot run here: {m['why']}")
+            continue
+        lines.append(
+            f"preset {name + ':':8} shaper {m['shaper']}, delay {m['delay_backend']}, up to {m['most_hosts']} "
+            f"sender hosts ({m['why']})"
+        )
+        if m["warning"]:
+            lines.append(f"  warning: {m['warning']}")
+    return "\n".join(lines)

@@ -1,0 +1,279 @@
+"""The replication figure and its table: our minimum buffers per N beside theory, hardware and 2012.
+
+Buffers are compared in bytes, because the hardware data set records bytes and the 2012 runs
+counted 1500-byte packets while ours are 1514-byte frames.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from pathlib import Path
+
+from bufsize.resultdir import read_finished
+from bufsize.topologies import FRAME_BYTES
+from bufsize.topologies.errors import UsageError
+from bufsize.topologies.projectfiles import REFERENCE_DIR
+from bufsize.topologies.safefiles import atomic_text, save_figure, write_atomic
+
+HARDWARE_TSV = "hardware-netfpga-62.5mbps-87ms.tsv"
+MININET_2012_TSV = "mininet-hifi-2012-62.5mbps-87ms.tsv"
+
+
+def read_tsv(path: Path) -> list[dict[str, str]]:
+    lines = [line for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    return list(csv.DictReader(lines, delimiter="\t"))
+
+
+def reference_runs(name: str, ref_dir: Path = REFERENCE_DIR) -> dict[int, list[float]]:
+    """Buffer bytes per number of flows from one reference file."""
+    out: dict[int, list[float]] = {}
+    for row in read_tsv(ref_dir / name):
+        out.setdefault(int(row["flows"]), []).append(float(row["buffer_bytes"]))
+    return out
+
+
+def load_results(d: Path) -> list[dict]:
+    files = sorted(d.glob("**/result.json"))
+    if not files:
+        raise UsageError(f"{d}: no result.json found (run `bufsize sweep --out {d}` first)")
+    results = []
+    for f in files:
+        r = read_finished(f)
+        if r is None:
+            raise UsageError(f"{f}: not a JSON object (truncated, or not a result)")
+        results.append(r)
+    return results
+
+
+def cv(values: list[float]) -> float | None:
+    """Coefficient of variation (sample standard deviation over mean); None below two values."""
+    if len(values) < 2 or statistics.mean(values) == 0:
+        return None
+    return statistics.stdev(values) / statistics.mean(values)
+
+
+def summary_rows(results: list[dict], ref_dir: Path = REFERENCE_DIR) -> list[dict]:
+    hw = reference_runs(HARDWARE_TSV, ref_dir)
+    old = reference_runs(MININET_2012_TSV, ref_dir)
+    by_n: dict[int, list[dict]] = {}
+    for r in results:
+        by_n.setdefault(r["flows"], []).append(r)
+    rows = []
+    for n in sorted(by_n):
+        rs = by_n[n]
+        pk = [r["buffer_packets"] for r in rs]
+        med_bytes = statistics.median(pk) * FRAME_BYTES
+        theory_pk = rs[0]["theory_sqrt_n_packets"]
+        hw_med = statistics.median(hw[n]) if n in hw else None
+        old_med = statistics.median(old[n]) if n in old else None
+        c = cv([float(p) for p in pk])
+        losses = [r["loss_rate_at_answer"] for r in rs if r.get("loss_rate_at_answer") is not None]
+        fids = [r["fidelity"] for r in rs if r.get("fidelity", {}).get("available")]
+        gt10 = [f["frac_gt10"] for f in fids]
+        # Results written before the lag was traced have no lag keys: left out, not read as 0.
+        lag99 = [f["lag_p99_frames"] for f in fids if f.get("lag_p99_frames") is not None]
+        rows.append(
+            {
+                "flows": n,
+                "runs": len(rs),
+                "valid_runs": sum(bool(r["valid"]) for r in rs),
+                "median_packets": statistics.median(pk),
+                "median_bytes": round(med_bytes),
+                "min_packets": min(pk),
+                "max_packets": max(pk),
+                "cv": round(c, 3) if c is not None else None,
+                "theory_packets": theory_pk,
+                "ratio_to_theory": round(statistics.median(pk) / theory_pk, 2),
+                "bdp_packets": rs[0]["bdp_packets"],
+                "hardware_median_bytes": round(hw_med) if hw_med is not None else None,
+                "hardware_runs": len(hw.get(n, [])),
+                "ratio_to_hardware": round(med_bytes / hw_med, 2) if hw_med else None,
+                "mininet2012_median_bytes": round(old_med) if old_med is not None else None,
+                "ratio_to_mininet2012": round(med_bytes / old_med, 2) if old_med else None,
+                "loss_at_answer_median": round(statistics.median(losses), 5) if losses else None,
+                "pacing_gt10_median": round(statistics.median(gt10), 4) if gt10 else None,
+                "pacing_lag_p99_median": round(statistics.median(lag99), 2) if lag99 else None,
+                "cc": ",".join(sorted({r["cc"] for r in rs})),
+                "mean_wall_seconds": round(statistics.mean(r["wall_seconds"] for r in rs)),
+            }
+        )
+    return rows
+
+
+def _fmt(v: object) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def write_table(rows: list[dict], out: Path) -> tuple[Path, Path]:
+    csv_path, md_path = out / "table.csv", out / "table.md"
+    with atomic_text(csv_path) as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    cols = [
+        ("flows", "N"),
+        ("runs", "runs (valid)"),
+        ("median_packets", "ours: median pkts"),
+        ("min_packets", "min..max"),
+        ("cv", "CV"),
+        ("theory_packets", "RTT*C/sqrt(N) pkts"),
+        ("ratio_to_theory", "ours/theory"),
+        ("median_bytes", "ours bytes"),
+        ("hardware_median_bytes", "hardware median bytes"),
+        ("ratio_to_hardware", "ours/hw"),
+        ("mininet2012_median_bytes", "2012 median bytes"),
+        ("ratio_to_mininet2012", "ours/2012"),
+        ("loss_at_answer_median", "loss at answer (median)"),
+        ("pacing_gt10_median", "gaps >10 % off (median)"),
+        ("pacing_lag_p99_median", "lag p99, frames (median)"),
+    ]
+    lines = ["| " + " | ".join(h for _, h in cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        cells = []
+        for k, _ in cols:
+            if k == "runs":
+                cells.append(f"{r['runs']} ({r['valid_runs']})")
+            elif k == "min_packets":
+                cells.append(f"{r['min_packets']}..{r['max_packets']}")
+            else:
+                cells.append(_fmt(r[k]))
+        lines.append("| " + " | ".join(cells) + " |")
+    write_atomic(md_path, "\n".join(lines) + "\n")
+    return csv_path, md_path
+
+
+def plot(results: list[dict], out: Path, title: str, ref_dir: Path = REFERENCE_DIR) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = summary_rows(results, ref_dir)
+    first = results[0]
+    rate, rtt = first["nominal_rate_mbps"], first["rtt_ms_for_theory"]
+    bdp_bytes = rate * 1e6 / 8 * rtt / 1000
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    xs = [1, 1000]
+    grid = [10 ** (i / 20) for i in range(0, 61)]
+    ax.plot(grid, [bdp_bytes / math.sqrt(n) for n in grid], "k-", lw=1.2, label="RTT*C/sqrt(N)")
+    ax.plot(xs, [bdp_bytes, bdp_bytes], "k--", lw=1, label="RTT*C (rule of thumb)")
+
+    hw = reference_runs(HARDWARE_TSV, ref_dir)
+    hx = [n for n in hw for _ in hw[n]]
+    ax.scatter(hx, [b for n in hw for b in hw[n]], marker="x", s=18, color="0.6", label="hardware (NetFPGA) runs")
+    hn = sorted(hw)
+    ax.plot(hn, [statistics.median(hw[n]) for n in hn], "s-", color="0.35", ms=5, label="hardware median")
+
+    old = reference_runs(MININET_2012_TSV, ref_dir)
+    on = sorted(old)
+    ax.scatter([n for n in on for _ in old[n]], [b for n in on for b in old[n]], marker="^", s=16, color="tab:orange")
+    ax.plot(
+        on,
+        [statistics.median(old[n]) for n in on],
+        "^--",
+        color="tab:orange",
+        ms=5,
+        lw=1,
+        label="Mininet-HiFi 2012 (98% target, BIC)",
+    )
+
+    ok = [r for r in results if r["valid"]]
+    bad = [r for r in results if not r["valid"]]
+    ax.scatter(
+        [r["flows"] for r in ok],
+        [r["buffer_bytes"] for r in ok],
+        s=22,
+        color="tab:blue",
+        alpha=0.6,
+        label="this testbed: runs",
+    )
+    if bad:
+        ax.scatter(
+            [r["flows"] for r in bad],
+            [r["buffer_bytes"] for r in bad],
+            s=120,
+            facecolors="none",
+            edgecolors="tab:red",
+            linewidths=1.5,
+            zorder=5,  # on top of the median marker, which often sits at the same point
+            label="this testbed: flagged runs (ring)",
+        )
+    ax.plot(
+        [r["flows"] for r in rows],
+        [r["median_bytes"] for r in rows],
+        "o-",
+        color="tab:blue",
+        ms=7,
+        lw=2,
+        label=f"this testbed: median ({first['target']:.0%} target, {rows[0]['cc']})",
+    )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=min(1000, *(r["buffer_bytes"] * 0.8 for r in results)))
+    ax.secondary_yaxis("right", functions=(lambda b: b / FRAME_BYTES, lambda p: p * FRAME_BYTES)).set_ylabel(
+        f"packets of {FRAME_BYTES} bytes"
+    )
+    ax.set_xlim(1.5, 1000)
+    ax.set_xlabel("number of long-lived TCP flows N")
+    ax.set_ylabel("minimum buffer for target utilization (bytes)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(fontsize=7.5, loc="lower left")
+    fig.tight_layout()
+    paths = [out / "figure.png", out / "figure.pdf"]
+    save_figure(fig, paths[0], dpi=130)
+    save_figure(fig, paths[1])
+    plt.close(fig)
+    return paths
+
+
+def make_report(d: Path, title: str | None = None) -> list[Path]:
+    results = load_results(d)
+    first = results[0]
+    shapers = "/".join(dict.fromkeys(r["config"]["shaper"] for r in results))  # auto may differ by N
+    title = title or (
+        f"Minimum buffer for {first['target']:.0%} utilization: {first['nominal_rate_mbps']:g} Mb/s, "
+        f"RTT {first['rtt_ms_for_theory']:g} ms, cc {first['cc']}, {shapers} + {first['delay_backend']}"
+    )
+    rows = summary_rows(results)
+    return [*plot(results, d, title), *write_table(rows, d)]
+
+
+def plot_dir(given: str | Path, title: str | None = None) -> list[Path]:
+    """`bufsize plot`: a sweep's figure and table, or one run's monitor plots redrawn from its CSVs."""
+    if not str(given).strip():  # Path("") would be the current directory
+        raise UsageError(f"dir '{given}': empty; give a sweep or run directory")
+    d = Path(given)
+    if not d.is_dir():
+        raise UsageError(f"dir {d}: not a directory")
+    try:
+        return _plot_dir(d, title)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError, OverflowError) as e:
+        # The files are the user's (or another version's): what they hold is reported, not a traceback.
+        detail = " ".join(str(e).split())[:200]
+        raise UsageError(f"{d}: cannot plot what it holds ({type(e).__name__}: {detail})") from e
+    except RecursionError as e:
+        raise UsageError(f"{d}: cannot plot what it holds (nested too deeply)") from e
+
+
+def _plot_dir(d: Path, title: str | None) -> list[Path]:
+    if (d / "result.json").exists():
+        if read_finished(d / "result.json") is None:
+            raise UsageError(f"{d}/result.json: not a JSON object (truncated, or not a result)")
+        from bufsize.monitors.plots import plot_run
+
+        paths = plot_run(d, title)
+        if (d / "transfers.csv").exists():  # a `bufsize shortflows` run
+            from bufsize.shortflows.plots import plot_shortflows
+
+            paths += plot_shortflows(d)
+        if not paths:
+            raise UsageError(f"{d}: no monitor data (queue.csv, rate.csv, ...) to plot")
+        return paths
+    return make_report(d, title)

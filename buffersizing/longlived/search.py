@@ -1,0 +1,374 @@
+"""The smallest bottleneck buffer that keeps the link at the target utilization, on a real emulated link.
+
+One experiment: build the dumbbell with a calibration buffer of two bandwidth-delay products, start
+N long-lived flows, measure the reference rate (median of many samples; the link cannot do better
+than this), then run MedianSearch (buffersizing/longlived/search.py) with probes that change the bfifo limit in
+place, wait a settle time scaled to the congestion-control dynamics, and sample utilization from
+the bottleneck's interface counters. Everything is recorded: every sample of every probe, drops
+everywhere on the path, CPU, and the link's pacing fidelity.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from bufsize.experiment import MAX_WAIT_S, MIN_SAMPLE_S, Experiment, Say, check_fidelity_s
+from bufsize.longlived.dynamics import Timing, auto_timing
+from bufsize.longlived.median_search import MedianSearch, Probe
+from bufsize.longlived.traffic import LongFlows, split_flows
+from bufsize.monitors.cpu import CpuMonitor
+from bufsize.monitors.rate import sample_rates
+from bufsize.monitors.recorder import queue_stats
+from bufsize.topologies import FRAME_BYTES
+from bufsize.topologies.config import DumbbellConfig
+from bufsize.topologies.counters import InterfaceCounters
+from bufsize.topologies.dumbbell import Dumbbell
+from bufsize.topologies.errors import RunError, UsageError
+from bufsize.topologies.safefiles import atomic_text
+from bufsize.topologies.units import check_number
+
+CALIBRATION_BDPS = 2  # calibration buffer, in bandwidth-delay products
+MIN_REFERENCE = 0.90  # of the nominal rate: below this the emulation cannot carry the configuration
+RELATIVE_TO = ("reference", "nominal")
+
+
+@dataclass
+class SearchOptions:
+    flows: int
+    target: float = 0.99
+    relative_to: str = "reference"
+    samples: int = 5
+    settle_s: float | None = None  # None: scaled to the dynamics at each probe's buffer
+    sample_s: float | None = None
+    max_sample_s: float = 30.0
+    resolution: float = 0.05
+    # > samples: the sequential sign test (median_search.sign_test) takes more samples, up to this many
+    # per probe, until the verdict is established at `alpha`; 0 keeps a fixed count per probe.
+    max_samples: int = 0
+    alpha: float = 0.05
+    max_buffer_packets: int | None = None  # top of the search (2012's --maxq); None: the calibration buffer
+    first_guess: bool = True
+    tool: str = "iperf"
+    fidelity_s: float = 2.0  # 0 skips the fidelity trace
+
+    def validate(self, cfg: DumbbellConfig) -> None:
+        """Every option, then whether a search of this link with this many flows means anything."""
+        split_flows(self.flows, 1)
+        check_number("--target", self.target, 0.5, 1.0)
+        if self.relative_to not in RELATIVE_TO:
+            raise UsageError(f"--relative-to {self.relative_to}: must be one of {', '.join(RELATIVE_TO)}")
+        if not 1 <= self.samples <= 100:
+            raise UsageError(f"--samples {self.samples}: must be from 1 to 100")
+        if self.settle_s is not None:
+            check_number("--settle-s", self.settle_s, 0, MAX_WAIT_S)
+        if self.sample_s is not None:
+            check_number("--sample-s", self.sample_s, MIN_SAMPLE_S, MAX_WAIT_S, lo_inclusive=True)
+        check_number("--resolution", self.resolution, 0, 0.5, lo_inclusive=True)
+        if self.max_samples and not self.samples < self.max_samples <= 200:
+            raise UsageError(f"--max-samples {self.max_samples}: must be 0 (fixed count) or from --samples + 1 to 200")
+        # Below 0.001 a sign test needs more than 10 samples all on one side before any verdict.
+        check_number("--alpha", self.alpha, 0.001, 0.5, lo_inclusive=True)
+        if self.max_buffer_packets is not None and not 1 <= self.max_buffer_packets <= 1_000_000:
+            raise UsageError(f"--max-buffer-packets {self.max_buffer_packets}: must be from 1 to 1000000")
+        check_fidelity_s(self.fidelity_s)
+        check_searchable(cfg, self.flows)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def resolved_config(cfg: DumbbellConfig, opts: SearchOptions) -> dict:
+    """What a search would run, for `--print-config`: every field of the link and of the search, as
+    resolved from the options (one RTT as a number when every host has it; None: decided at run time,
+    such as the shaper's burst or the settle and sample times, which follow the dynamics)."""
+    rtt = cfg.rtt_ms[0] if len(set(cfg.rtt_ms)) == 1 else cfg.rtt_ms
+    link = asdict(cfg) | {"rtt_ms": rtt, "bdp_packets": round(cfg.bdp_bytes / FRAME_BYTES, 1)}
+    link.pop("buffer_bytes")  # the search chooses the buffer
+    return {"flows": opts.flows, **link, **{k: v for k, v in asdict(opts).items() if k != "flows"}}
+
+
+def check_searchable(cfg: DumbbellConfig, flows: int) -> None:
+    """Refuse links on which the search cannot mean anything, before anything is built.
+
+    Two lower bounds, both about the link's pipe (RTT x C at the longest RTT) against N:
+    - RTT*C/sqrt(N) must be at least one packet: the answer is a whole number of packets (at least
+      one), it is reported against that figure (a ratio) and the first probe is that figure.
+    - the pipe plus the calibration buffer (3 BDP) must hold at least one packet per flow: a TCP
+      window never drops below one packet, so with less even the search's top buffer leaves flows
+      sitting in retransmission timeouts and the reference rate measures timers, not the link.
+      The paper's hardest point (800 flows, 62.5 Mb/s, 87 ms: 449 packets) holds 1.7 per flow.
+    """
+    bdp = cfg.bdp_bytes / FRAME_BYTES
+    rtt = max(cfg.rtt_ms)
+    link = f"--rate-mbps {cfg.rate_mbps:g} with --rtt-ms {rtt:g} and --flows {flows}"
+    if rtt == 0:
+        raise UsageError(
+            f"--rtt-ms 0: search needs a round trip: its calibration buffer is {CALIBRATION_BDPS} x RTT x C "
+            "and its answer is judged against RTT*C/sqrt(N), both 0 here"
+        )
+    if bdp / math.sqrt(flows) < 1:
+        raise UsageError(
+            f"{link}: RTT*C/sqrt(N) is {bdp / math.sqrt(flows):.2g} packets, under the one packet a search can "
+            "answer; raise --rate-mbps or --rtt-ms, or lower --flows"
+        )
+    if (CALIBRATION_BDPS + 1) * bdp < flows:
+        raise UsageError(
+            f"{link}: the pipe and the {CALIBRATION_BDPS}-BDP calibration buffer hold "
+            f"{(CALIBRATION_BDPS + 1) * bdp:.0f} packets, fewer than one per flow, so flows would sit in "
+            "timeouts even at the top of the search; raise --rate-mbps or --rtt-ms, or lower --flows"
+        )
+
+
+def theory(cfg: DumbbellConfig, flows: int) -> dict:
+    """RTT*C/sqrt(N) as seed 000 defines it: with spread RTTs the pipe is C times the mean RTT (the
+    sum of windows is compared with it, as util-table does). The calibration buffer is still sized at
+    the largest RTT (CALIBRATION_BDPS x cfg.bdp_bytes), so every flow's pipe is covered."""
+    rtt = statistics.fmean(cfg.rtt_ms)
+    bdp = cfg.rate_mbps * 1e6 / 8 * rtt / 1000 / FRAME_BYTES
+    return {
+        "bdp_packets": round(bdp, 1),
+        "theory_sqrt_n_packets": round(bdp / math.sqrt(flows), 1),
+        "rtt_ms_for_theory": round(rtt, 3),
+        "rtt_ms_largest": max(cfg.rtt_ms),
+    }
+
+
+@dataclass
+class Measurement:
+    """One call of the search's measure(): settle (if the buffer changed), then samples."""
+
+    buffer_packets: int
+    t_start: float
+    settle_s: float
+    sample_s: float
+    rates_mbps: list[float]
+    utilization: list[float]
+    bottleneck_drops: int
+    packets_sent: int
+    cpu: dict = field(default_factory=dict)
+    queue: dict = field(default_factory=dict)  # backlog while sampling (monitors/recorder.py)
+
+    @property
+    def loss_rate(self) -> float:
+        return self.bottleneck_drops / max(1, self.packets_sent + self.bottleneck_drops)
+
+
+class LinkProber:
+    """measure(buffer_bytes, n) for MedianSearch, on a running dumbbell with its flows."""
+
+    def __init__(
+        self,
+        net: Dumbbell,
+        flows: LongFlows,
+        opts: SearchOptions,
+        denominator_mbps: float,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.net, self.flows, self.opts = net, flows, opts
+        self.sleep = sleep  # checks the run's health while waiting (Experiment.sleep)
+        self.denominator = denominator_mbps
+        self.counters: InterfaceCounters = net.bottleneck.counters()
+        self.measurements: list[Measurement] = []
+        self.windows: list[tuple[float, float]] = []  # monotonic start, end of each measurement's samples
+
+    def timing(self, buffer_bytes: float) -> Timing:
+        cfg = self.net.cfg
+        auto = auto_timing(
+            cfg.cc, self.opts.flows, cfg.rate_mbps, max(cfg.rtt_ms), buffer_bytes, max_sample_s=self.opts.max_sample_s
+        )
+        return Timing(
+            self.opts.settle_s if self.opts.settle_s is not None else auto.settle_s,
+            self.opts.sample_s if self.opts.sample_s is not None else auto.sample_s,
+            auto.warmup_s,
+        )
+
+    def rates(self, n: int, sample_s: float) -> list[float]:
+        """n back-to-back samples of the bottleneck's transmit rate, in Mb/s."""
+        return sample_rates(self.counters, n, sample_s, self.sleep).rates_mbps
+
+    def measure(self, buffer_bytes: int, n: int) -> list[float]:
+        timing = self.timing(buffer_bytes)
+        settle = 0.0
+        if buffer_bytes != self.net.buffer_bytes:
+            self.net.set_buffer(buffer_bytes)
+            settle = timing.settle_s
+            self.sleep(settle)
+        t0 = time.time()
+        cpu = CpuMonitor().start()
+        drops0 = self.net.bottleneck.leaf_drops()
+        sent0 = self.counters.read().tx_packets
+        t_mono = time.monotonic()
+        rates = self.rates(n, timing.sample_s)
+        self.windows.append((t_mono, time.monotonic()))
+        sent = self.counters.read().tx_packets - sent0
+        drops = self.net.bottleneck.leaf_drops() - drops0
+        share = cpu.stop()
+        self.net.check_alive()
+        self.flows.check()
+        m = Measurement(
+            buffer_bytes // FRAME_BYTES,
+            round(t0, 3),
+            round(settle, 2),
+            round(timing.sample_s, 2),
+            [round(r, 4) for r in rates],
+            [round(r / self.denominator, 5) for r in rates],
+            drops,
+            sent,
+            share.to_dict(),
+        )
+        self.measurements.append(m)
+        return m.utilization
+
+    def close(self) -> None:
+        self.counters.close()
+
+
+def calibrate(prober: LinkProber, nominal_mbps: float, samples: int, log: Callable[[str], None]) -> list[float]:
+    """Median of many samples at the calibration buffer; retried, then refused, if far below nominal."""
+    rtt_s = max(prober.net.cfg.rtt_ms) / 1000
+    sample_s = max(1.0, 10 * rtt_s)  # the queue never empties at 2 BDP: short samples are exact
+    tried: list[float] = []
+    for attempt in range(3):
+        rates = prober.rates(samples, sample_s)
+        ref = statistics.median(rates)
+        tried.append(round(ref, 3))
+        log(f"  reference rate {ref:.2f} Mb/s ({ref / nominal_mbps:.1%} of {nominal_mbps:g}) from {samples} samples")
+        if ref >= MIN_REFERENCE * nominal_mbps:
+            return rates
+        if attempt < 2:
+            prober.sleep(prober.timing(prober.net.buffer_bytes).warmup_s)
+    raise RunError(
+        f"the link never carried {MIN_REFERENCE:.0%} of its {nominal_mbps:g} Mb/s with a {CALIBRATION_BDPS}-BDP buffer "
+        f"(medians {', '.join(map(str, tried))} Mb/s): the machine cannot emulate this configuration faithfully; "
+        "try a lower --rate-mbps, fewer flows, or check `bufsize doctor` and the CPU load"
+    )
+
+
+def write_samples_csv(path: Path, measurements: list[Measurement]) -> None:
+    with atomic_text(path) as f:
+        w = csv.writer(f)
+        w.writerow(["measurement", "buffer_packets", "t_start", "settle_s", "sample", "sample_s", "rate_mbps", "util"])
+        for i, m in enumerate(measurements):
+            for j, (r, u) in enumerate(zip(m.rates_mbps, m.utilization, strict=True)):
+                w.writerow([i, m.buffer_packets, m.t_start, m.settle_s, j, m.sample_s, r, u])
+
+
+def run_search(
+    cfg: DumbbellConfig,
+    backend: str,
+    opts: SearchOptions,
+    out: Path | None = None,
+    log: Say | None = None,
+) -> dict:
+    """Run one search end to end and return (and, with `out`, write) its result."""
+    opts.validate(cfg)
+    th = theory(cfg, opts.flows)
+    cal_packets = math.ceil(CALIBRATION_BDPS * cfg.bdp_bytes / FRAME_BYTES)
+    cfg = replace(cfg, buffer_bytes=cal_packets * FRAME_BYTES)
+    ex = Experiment(cfg, backend, "search", out, log, saves_result=True)
+    say = ex.say
+    say(
+        f"search: {opts.flows} flows over {cfg.hosts} hosts, {cfg.rate_mbps:g} Mb/s, RTT {max(cfg.rtt_ms):g} ms, "
+        f"cc {cfg.cc}, target {opts.target:.1%} of the {opts.relative_to} rate; BDP {th['bdp_packets']:.0f} packets, "
+        f"RTT*C/sqrt(N) {th['theory_sqrt_n_packets']:.1f}"
+    )
+    with ex:
+        assert ex.net is not None
+        flows = ex.start_flows(opts.flows, opts.tool)
+        prober = LinkProber(ex.net, flows, opts, cfg.rate_mbps, ex.sleep)
+        ex.write_partial = lambda d: write_samples_csv(d / "samples.csv", prober.measurements)
+        cal_rates: list[float] = []
+        search: MedianSearch | None = None
+        ex.partial = lambda: {
+            "calibration_rates_mbps": [round(r, 3) for r in cal_rates],
+            "probes": [asdict(p) for p in search.probes] if search else [],
+            "measurements": [asdict(m) for m in prober.measurements],
+        }
+        try:
+            ex.warm_up(prober.timing(ex.net.buffer_bytes).warmup_s, f"at {cal_packets} packets")
+            cal_rates = calibrate(prober, cfg.rate_mbps, max(10, 2 * opts.samples), say)
+            reference = statistics.median(cal_rates)
+            ex.trace_fidelity(opts.fidelity_s)
+            prober.denominator = reference if opts.relative_to == "reference" else cfg.rate_mbps
+            guess = max(1, round(th["theory_sqrt_n_packets"])) if opts.first_guess else None
+            top = min(cal_packets, opts.max_buffer_packets or cal_packets)
+
+            def progress(p: Probe) -> None:
+                verdict = "pass" if p.passed else "fail"
+                extra = " (re-check)" if p.recheck else ""
+                q = queue_stats(ex.recorder.rec.queue, *prober.windows[-1]) if ex.recorder else {}
+                backlog = f", queue mean {q['mean_packets']:.0f} max {q['max_packets']}" if q.get("samples") else ""
+                say(
+                    f"  probe {len(search.probes) if search else 0:2d}: {p.buffer_packets:5d} packets -> median "
+                    f"{p.median:.2%} {verdict}{extra}{backlog} [{len(p.samples)} samples, "
+                    f"{time.monotonic() - ex.t_wall:.0f} s]"
+                )
+
+            search = MedianSearch(
+                prober.measure,
+                target=opts.target,
+                hi_packets=top,
+                samples=opts.samples,
+                first_guess_packets=guess,
+                # The calibration buffer defines the reference rate: it passes by definition.
+                assume_hi_passes=opts.relative_to == "reference" and top == cal_packets,
+                resolution=opts.resolution,
+                sequential=opts.max_samples > opts.samples,
+                alpha=opts.alpha,
+                max_samples=max(opts.max_samples, opts.samples),
+                progress=progress,
+            )
+            res = search.run()
+        finally:
+            prober.close()
+
+    answer = res.buffer_packets
+    if ex.recording:
+        for m, window in zip(prober.measurements, prober.windows, strict=True):
+            m.queue = queue_stats(ex.recording.queue, *window)
+    idles = [m.cpu["idle"] for m in prober.measurements]
+    cpu_idle_min = min(idles) if idles else None
+    own_flags = {"converged": res.converged, "answer_below_search_top": answer < top}
+    fields = {
+        "buffer_packets": answer,
+        "buffer_bytes": answer * FRAME_BYTES,
+        "target": opts.target,
+        "relative_to": opts.relative_to,
+        **th,
+        "ratio_to_theory": round(answer / th["theory_sqrt_n_packets"], 3),
+        "calibration_buffer_packets": cal_packets,
+        "search_top_packets": top,
+        "note": res.note,
+        "uncertain_interval_packets": list(res.uncertain_interval_packets or ()),
+        "calibration_rates_mbps": [round(r, 3) for r in cal_rates],
+        "cpu": {
+            "min_idle_share": round(cpu_idle_min, 3) if cpu_idle_min is not None else None,
+            "per_measurement": [m.cpu for m in prober.measurements],
+        },
+        "loss_rate_at_answer": next(
+            (round(m.loss_rate, 6) for m in reversed(prober.measurements) if m.buffer_packets == answer), None
+        ),
+        "probes": [asdict(p) for p in res.probes],
+        "measurements": [asdict(m) | {"loss_rate": round(m.loss_rate, 6)} for m in prober.measurements],
+    }
+    result = ex.finish(
+        fields,
+        own_flags,
+        reference_mbps=reference,
+        cpu_idle_min=cpu_idle_min,
+        options=opts.to_dict(),
+        write_extra=lambda d: write_samples_csv(d / "samples.csv", prober.measurements),
+    )
+    flags = result["flags"]
+    say(
+        f"  answer: {answer} packets ({answer * FRAME_BYTES} bytes), {result['ratio_to_theory']}x RTT*C/sqrt(N); "
+        f"{'valid' if result['valid'] else 'FLAGGED: ' + ', '.join(k for k, v in flags.items() if v is False)}; "
+        f"{result['wall_seconds']:.0f} s"
+    )
+    return result

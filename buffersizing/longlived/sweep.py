@@ -1,0 +1,344 @@
+"""A sweep: one search per (N, run), each in its own directory, resumable.
+
+    SWEEP/manifest.json           the sweep's settings and the machine it ran on
+    SWEEP/n0010-run1/result.json  one finished point (written atomically, last)
+    SWEEP/n0010-run1/error.json   a point that failed; re-running the sweep tries it again
+
+Points run in run-major order (every N of run 1, then run 2, ...), so a sweep stopped early still
+has a whole curve. A point is finished when its result.json exists; re-running the same command
+skips those, so a killed sweep loses at most the point it was in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from bufsize.longlived.dynamics import estimate_search_seconds
+from bufsize.longlived.presets import preset
+from bufsize.longlived.search import SearchOptions, run_search
+from bufsize.longlived.traffic import MAX_FLOWS
+from bufsize.manifest import machine_manifest
+from bufsize.options import parse_flow_list
+from bufsize.resultdir import check_out_dir, read_finished, write_json_atomic
+from bufsize.topologies.config import PACER_DEFAULT, DumbbellConfig, parse_rtts, resolve_shaper
+from bufsize.topologies.errors import UsageError
+from bufsize.topologies.safefiles import make_dirs
+
+
+@dataclass
+class SweepSpec:
+    flows: list[int]
+    runs: int
+    max_hosts: int  # each point uses min(N, max_hosts) sender hosts
+    rate_mbps: float
+    rtt_ms: str  # as given: '87', or a range spread over each point's hosts
+    cc: str
+    shaper: str
+    burst_bytes: int | None
+    delay_backend: str
+    access_mbps: float
+    pacer: bool = PACER_DEFAULT  # absent from specs written before the pacer: its default then
+    search: dict = field(default_factory=dict)  # SearchOptions fields other than flows
+    preset: str | None = None
+
+    def validate(self) -> None:
+        if not self.flows:
+            raise UsageError("--flows: give at least one number of flows")
+        for n in self.flows:
+            if not 1 <= n <= MAX_FLOWS:
+                raise UsageError(f"--flows {n}: each must be from 1 to {MAX_FLOWS}")
+        if len(set(self.flows)) != len(self.flows):
+            raise UsageError("--flows: a number of flows is listed twice")
+        if not 1 <= self.runs <= 100:
+            raise UsageError(f"--runs {self.runs}: must be from 1 to 100")
+        if not 1 <= self.max_hosts <= 400:
+            raise UsageError(f"--hosts {self.max_hosts}: must be from 1 to 400")
+        for n in self.flows:
+            cfg = self.config(n)
+            cfg.validate()
+            self.options(n).validate(cfg)
+
+    def config(self, flows: int) -> DumbbellConfig:
+        hosts = min(flows, self.max_hosts)
+        return DumbbellConfig(
+            hosts=hosts,
+            rate_mbps=self.rate_mbps,
+            rtt_ms=parse_rtts(self.rtt_ms, hosts),
+            shaper=self.shaper,
+            burst_bytes=self.burst_bytes,
+            delay_backend=self.delay_backend,
+            cc=self.cc,
+            access_mbps=self.access_mbps,
+            pacer=self.pacer,
+        )
+
+    def options(self, flows: int) -> SearchOptions:
+        return SearchOptions(flows=flows, **self.search)
+
+    def points(self) -> list[tuple[int, int]]:
+        return [(n, r) for r in range(1, self.runs + 1) for n in self.flows]
+
+    def estimate(self, flows: int) -> float:
+        o = self.options(flows)
+        rtt = max(parse_rtts(self.rtt_ms, min(flows, self.max_hosts)))
+        return estimate_search_seconds(self.cc, flows, self.rate_mbps, rtt, o.samples, o.settle_s, o.sample_s)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+SEARCH_DEFAULTS = {
+    "target": 0.99,
+    "relative_to": "reference",
+    "samples": 5,
+    "settle_s": None,
+    "sample_s": None,
+    "resolution": 0.05,
+    "max_samples": 0,
+    "alpha": 0.05,
+    "max_buffer_packets": None,
+    "first_guess": True,
+    "tool": "iperf",
+    "fidelity_s": 2.0,
+}
+LINK_DEFAULTS = {"shaper": "auto", "burst_bytes": None, "delay_backend": "auto", "access_mbps": 1000.0}
+
+
+def make_spec(preset_name: str | None, flows: list[int] | None, overrides: dict, search: dict) -> SweepSpec:
+    """A sweep from a preset (or none), the command line's overrides (None: not given) and search options."""
+    pre = preset(preset_name) if preset_name else {}
+
+    def pick(key: str, default: object) -> object:
+        given = overrides.get(key)
+        return given if given is not None else pre.get(key, default)
+
+    flows = flows if flows is not None else pre.get("flows")
+    if flows is None:
+        raise UsageError("give --flows (for example 2,10,50,200,800) or a --preset")
+    search_opts = SEARCH_DEFAULTS | {k: v for k, v in search.items() if v is not None}
+    search_opts |= {k: pick(k, SEARCH_DEFAULTS[k]) for k in ("samples", "resolution", "max_samples")}
+    spec = SweepSpec(
+        flows=flows,
+        runs=pick("runs", 1),
+        max_hosts=pick("max_hosts", 400),
+        rate_mbps=pick("rate_mbps", 62.5),
+        rtt_ms=pick("rtt_ms", "87"),
+        cc=pick("cc", "reno"),
+        # A preset names its shaper; the other link settings come from the command line or defaults.
+        shaper=pinned_shaper(pick("shaper", LINK_DEFAULTS["shaper"]), overrides.get("delay_backend", "auto")),
+        **{k: overrides.get(k, v) for k, v in LINK_DEFAULTS.items() if k != "shaper"},
+        pacer=overrides.get("pacer", "on" if PACER_DEFAULT else "off") == "on",
+        search=search_opts,
+        preset=preset_name,
+    )
+    spec.validate()
+    return spec
+
+
+def pinned_shaper(shaper: str, delay_backend: str) -> str:
+    """A sweep names the shaper it runs in its spec, so that resuming it, or running its points on other
+    machines (bufsize remote), uses the same method: auto is pinned to the line it stands for."""
+    if shaper == "auto" and delay_backend == "netem":
+        resolve_shaper(shaper, delay_backend)  # refuses, with the reason: the line needs the delay line
+    return "line" if shaper == "auto" else shaper
+
+
+def spec_from_args(a: argparse.Namespace) -> SweepSpec:
+    """The sweep the options of options.add_sweep_args describe (bufsize sweep and bufsize remote)."""
+    flows = parse_flow_list(a.flows) if a.flows is not None else None
+    keys = ("runs", "rate_mbps", "rtt_ms", "cc", "shaper", "burst_bytes", "delay_backend", "access_mbps", "pacer")
+    overrides = {k: getattr(a, k) for k in keys} | {
+        "max_hosts": a.hosts,
+        "samples": a.samples,
+        "resolution": a.resolution,
+        "max_samples": a.max_samples,
+    }
+    search = {"target": a.target, "relative_to": a.relative_to, "settle_s": a.settle_s, "sample_s": a.sample_s,
+              "alpha": a.alpha, "max_buffer_packets": a.max_buffer_packets, "first_guess": not a.no_first_guess,
+              "tool": a.tool, "fidelity_s": a.fidelity_s}  # fmt: skip
+    return make_spec(a.preset, flows, overrides, search)
+
+
+def parse_points(text: str, spec: SweepSpec) -> list[tuple[int, int]]:
+    """`--points 2:1,10:1`: a subset of the sweep's (N, run) points, each one of them, none twice."""
+    points: list[tuple[int, int]] = []
+    for part in text.split(","):
+        n, sep, r = part.strip().partition(":")
+        if not (sep and n.isdigit() and r.isdigit()):
+            raise UsageError(f"--points {text}: expected N:run pairs separated by commas, like 2:1,10:1")
+        point = (int(n), int(r))
+        if point not in spec.points():
+            raise UsageError(f"--points {text}: N={n} run {r} is not a point of this sweep (its --flows and --runs)")
+        if point in points:
+            raise UsageError(f"--points {text}: N={n} run {r} is listed twice")
+        points.append(point)
+    return points
+
+
+def point_dir(out: Path, flows: int, run: int) -> Path:
+    return out / f"n{flows:04d}-run{run}"
+
+
+def clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def finished(out: Path, flows: int, run: int) -> bool:
+    """A point is finished when its result.json parses and is the search it should be (not a truncated file)."""
+    r = read_finished(point_dir(out, flows, run) / "result.json")
+    return r is not None and r.get("flows") == flows and "buffer_packets" in r
+
+
+def sweep_shapers(spec: SweepSpec, backend: str) -> str:
+    """The shaper every point of the sweep uses (one: the spec names it, auto pinned to the line)."""
+    return resolve_shaper(spec.shaper, backend)
+
+
+def existing_manifest(out: Path, spec: SweepSpec) -> dict | None:
+    """The manifest of a sweep already in `out` (None if there is none), refused unless the same
+    settings made it (bufsize sweep and bufsize remote resume only their own sweep)."""
+    path = out / "manifest.json"
+    if not path.exists():
+        return None
+    try:
+        manifest = json.loads(path.read_text())
+        old = dict(manifest["spec"])
+        machine = manifest.get("machine") or {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+        detail = " ".join(str(e).split())[:200]
+        raise UsageError(f"{path} is not a sweep manifest ({detail}); choose another --out") from e
+    if old.get("shaper") == "auto" and isinstance(machine, dict) and machine.get("shaper") == spec.shaper:
+        old["shaper"] = spec.shaper  # made before sweeps pinned auto, and auto ran this shaper then
+    if old != spec.to_dict():
+        diff = sorted(k for k in set(old) | set(spec.to_dict()) if old.get(k) != spec.to_dict().get(k))
+        raise UsageError(
+            f"{out} holds a sweep with different settings ({', '.join(diff)}); "
+            "re-run the same command to resume it, or choose another --out"
+        )
+    return manifest
+
+
+def check_same_shaper(manifest: dict, now: str, allow_mixed: bool) -> None:
+    """Refuse to resume a sweep whose finished points used another shaper than this run would."""
+    machine = manifest.get("machine")
+    before = machine.get("shaper") if isinstance(machine, dict) else None
+    if before is None or before == now or allow_mixed:
+        return
+    raise UsageError(
+        f"this sweep's points so far used the shaper '{before}' and this run would use '{now}': a curve from "
+        "two shapers mixes two methods; resume it where it began, or pass --allow-mixed-shapers"
+    )
+
+
+def open_sweep(out: Path, spec: SweepSpec, backend: str, allow_mixed_shapers: bool = False) -> None:
+    """Create the sweep directory, or check that an existing one was made by the same command."""
+    check_out_dir(out)
+    path = out / "manifest.json"
+    manifest = existing_manifest(out, spec)
+    if manifest is not None:
+        check_same_shaper(manifest, sweep_shapers(spec, backend), allow_mixed_shapers)
+        return
+    machine = machine_manifest(backend, spec.cc, sweep_shapers(spec, backend))
+    write_json_atomic(path, {"spec": spec.to_dict(), "machine": machine})
+
+
+def run_sweep(
+    out: Path,
+    spec: SweepSpec,
+    backend: str,
+    log: Callable[[str], None] | None = None,
+    only: list[tuple[int, int]] | None = None,
+    allow_mixed_shapers: bool = False,
+) -> dict:
+    """Every point of the sweep, or `only` those (in the sweep's order; another machine runs the rest)."""
+    say = log or (lambda s: print(s, file=sys.stderr, flush=True))
+    spec.validate()
+    open_sweep(out, spec, backend, allow_mixed_shapers)
+    say(f"shaper: {sweep_shapers(spec, backend)}, delay backend: {backend}")
+    points = [p for p in spec.points() if only is None or p in only]
+    todo = [(n, r) for n, r in points if not finished(out, n, r)]
+    if len(todo) < len(points):
+        say(f"resuming {out}: {len(points) - len(todo)} of {len(points)} points already finished, skipped")
+    t0 = time.monotonic()
+    estimates = {n: spec.estimate(n) for n in spec.flows}
+    spent = estimated_done = 0.0
+    failed: list[str] = []
+    for i, (n, r) in enumerate(todo):
+        remaining = sum(estimates[m] for m, _ in todo[i:])
+        # Scale the model's estimate by how this machine has done so far in this sweep.
+        eta = remaining * (spent / estimated_done if estimated_done else 1.0)
+        done = len(points) - len(todo) + i
+        bar = "#" * round(20 * done / len(points))
+        say(
+            f"[{bar:<20}] point {done + 1}/{len(points)}: N={n} run {r}/{spec.runs} | "
+            f"elapsed {clock(time.monotonic() - t0)} | ETA {clock(eta)}"
+        )
+        d = point_dir(out, n, r)
+        make_dirs(d)
+        t_point = time.monotonic()
+        try:
+            run_search(spec.config(n), backend, spec.options(n), d, log=say)
+        except Exception as e:  # any failure of one point (the search saved its data and error.json): go on
+            say(f"  point N={n} run {r} failed: {type(e).__name__}: {e}")
+            failed.append(f"N={n} run {r}: {e}")
+            if not (d / "error.json").exists():  # it failed before its experiment began
+                write_json_atomic(d / "error.json", {"flows": n, "run": r, "error": str(e), "type": type(e).__name__})
+        spent += time.monotonic() - t_point
+        estimated_done += estimates[n]
+    done_points = sum(finished(out, n, r) for n, r in points)
+    say(
+        f"[{'#' * 20}] {done_points}/{len(points)} points finished in {clock(time.monotonic() - t0)}; results in {out}/"
+    )
+    return {"points": len(points), "finished": done_points, "failed": failed}
+
+
+def plan(out: Path, spec: SweepSpec, backend: str | None, only: list[tuple[int, int]] | None = None) -> dict:
+    """What `run_sweep` would do in `out`, built from the spec and the directory alone: nothing is
+    created or started. The estimate is the same model the progress bar starts from (dynamics.py),
+    before this machine has timed a point; the committed sweeps' wall times are in docs/findings.md."""
+    if out.exists():
+        existing_manifest(out, spec)  # a sweep of other settings there is refused now, as the run would
+    rows = []
+    for n, r in (p for p in spec.points() if only is None or p in only):
+        cfg = spec.config(n)
+        rows.append({
+            "flows": n, "run": r, "hosts": cfg.hosts, "rtt_ms": sorted(set(cfg.rtt_ms)),
+            "dir": str(point_dir(out, n, r)), "finished": out.exists() and finished(out, n, r),
+            "estimate_s": round(spec.estimate(n)),
+        })  # fmt: skip
+    pending = sum(row["estimate_s"] for row in rows if not row["finished"])
+    return {
+        "out": str(out),
+        "spec": spec.to_dict(),
+        "shaper": spec.shaper,
+        "delay_backend": backend or "decided when the run starts (probing the kernel needs root)",
+        "points": rows,
+        "pending_points": sum(not row["finished"] for row in rows),
+        "estimate_s": pending,
+        "estimate": clock(pending),
+        "estimate_basis": "model of dynamics.py, before any point is timed on this machine",
+    }
+
+
+def format_plan(p: dict) -> str:
+    spec = p["spec"]
+    lines = [
+        f"sweep into {p['out']}/ (nothing is built by --dry-run)",
+        f"  {spec['cc']} flows over {spec['rate_mbps']:g} Mb/s, RTT {spec['rtt_ms']} ms, shaper {p['shaper']}, "
+        f"delay {p['delay_backend']}; target {spec['search']['target']:g}, {spec['search']['samples']} samples",
+        f"  {'N':>5} {'run':>4} {'hosts':>6} {'estimate':>9}  state",
+    ]
+    for row in p["points"]:
+        state = "finished (skipped)" if row["finished"] else "to run"
+        lines.append(f"  {row['flows']:>5} {row['run']:>4} {row['hosts']:>6} {clock(row['estimate_s']):>9}  {state}")
+    lines.append(
+        f"  {p['pending_points']} of {len(p['points'])} points to run, about {p['estimate']} ({p['estimate_basis']})"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""`bufsize remote`: one sweep over several machines by SSH."""

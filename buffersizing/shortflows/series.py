@@ -1,0 +1,99 @@
+"""A named short-flow experiment as a series of `shortflows` runs in one directory, resumable.
+
+Each point runs into DIR/<point>/; re-running the same command skips finished points, and a
+directory made with other settings is refused (DIR/series.json holds them). After the points, the
+experiment writes its table and figure (its report()); wall times are appended to wall_seconds.txt.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Protocol
+
+from bufsize.manifest import machine_manifest
+from bufsize.resultdir import read_finished, write_json_atomic
+from bufsize.shortflows.run import ShortFlowOptions, run_shortflows
+from bufsize.topologies.config import DumbbellConfig
+from bufsize.topologies.errors import UsageError
+from bufsize.topologies.safefiles import atomic_text, make_dirs, open_new, write_atomic
+
+Point = tuple[str, DumbbellConfig, int, ShortFlowOptions]  # name, link, buffer bytes, workload
+
+
+class SeriesSpec(Protocol):
+    experiment: str
+    cc: str
+
+    def validate(self) -> None: ...
+    def points(self) -> list[Point]: ...
+    def report(self, out: Path) -> int: ...
+
+
+def open_series(out: Path, spec: SeriesSpec, backend: str) -> None:
+    path = out / "series.json"
+    mine = {"experiment": spec.experiment, "spec": asdict(spec)}  # type: ignore[call-overload]
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except ValueError as e:
+            raise UsageError(f"{path} is not a series file ({e}); choose another --out") from e
+        if {k: old.get(k) for k in mine} != mine:
+            raise UsageError(f"{out} holds a series with other settings; re-run its command or choose another --out")
+        return
+    write_json_atomic(path, mine | {"machine": machine_manifest(backend, spec.cc)})
+
+
+def run_series(out: Path, spec: SeriesSpec, backend: str, say: Callable[[str], None] | None = None) -> dict:
+    log = say or (lambda s: print(s, file=sys.stderr, flush=True))
+    spec.validate()
+    make_dirs(out)
+    open_series(out, spec, backend)
+    t0 = time.monotonic()
+    points = spec.points()
+    failed = []
+    for i, (name, cfg, buffer_bytes, opts) in enumerate(points, 1):
+        d = out / name
+        if read_finished(d / "result.json") is not None:
+            continue
+        log(f"[{i}/{len(points)}] {name} | elapsed {time.monotonic() - t0:.0f} s")
+        d.mkdir(exist_ok=True)
+        try:
+            run_shortflows(cfg, backend, buffer_bytes, opts, d, log=lambda s: log("  " + s))
+        except Exception as e:  # one point's failure (its error.json is written): go on with the rest
+            log(f"  {name} failed: {type(e).__name__}: {e}")
+            failed.append(f"{name}: {e}")
+    wall = time.monotonic() - t0
+    finished = spec.report(out)
+    with open_new(out / "wall_seconds.txt", append=True) as f:
+        f.write(f"{round(wall)}\n")
+    return {"points": len(points), "finished": finished, "failed": failed, "wall_seconds": round(wall)}
+
+
+def write_table(out: Path, rows: list[dict], markdown: list[str], draw: Callable[[], None], what: str) -> None:
+    """An experiment's table.csv (every field of every row), table.md and figure; a figure that
+    cannot be drawn is said, not raised (the tables are the results)."""
+    with atomic_text(out / "table.csv") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    write_atomic(out / "table.md", "\n".join(markdown) + "\n")
+    try:
+        draw()
+    except Exception as e:  # noqa: BLE001 - a figure is a convenience
+        print(f"{what} figure not drawn: {type(e).__name__}: {e}", file=sys.stderr)
+
+
+def finished_points(out: Path, spec: SeriesSpec) -> list[tuple[str, DumbbellConfig, int, dict]]:
+    """(name, link, buffer bytes, result) of every point that has a result, in the spec's order."""
+    done = []
+    for name, cfg, buffer_bytes, _opts in spec.points():
+        r = read_finished(out / name / "result.json")
+        if r is not None:
+            done.append((name, cfg, buffer_bytes, r))
+    return done

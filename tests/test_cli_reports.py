@@ -1,0 +1,95 @@
+"""What commands report: --version, --json on the commands that report, and --dry-run plans that
+build, create and contact nothing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from conftest import bufsize, spec_of
+
+from bufsize import __version__
+from bufsize.resultdir import write_json_atomic
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_version():
+    res = bufsize("--version")
+    assert res.returncode == 0 and res.stdout.strip() == f"bufsize {__version__}"
+
+
+def test_sweep_dry_run_plans_every_point_and_creates_nothing(tmp_path):
+    out = tmp_path / "sweep"
+    res = bufsize("sweep", "--preset", "quick", "--out", str(out), "--dry-run", "--json")
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    assert [(p["flows"], p["run"]) for p in plan["points"]] == [(2, 1), (10, 1), (50, 1), (200, 1), (800, 1)]
+    assert plan["pending_points"] == 5 and plan["estimate_s"] == sum(p["estimate_s"] for p in plan["points"]) > 0
+    assert plan["shaper"] == "line" and not out.exists()
+    text = bufsize("sweep", "--preset", "quick", "--out", str(out), "--dry-run")
+    assert text.returncode == 0 and "5 of 5 points to run" in text.stdout and not out.exists()
+
+
+def test_sweep_dry_run_skips_finished_points_and_refuses_another_sweeps_directory(tmp_path):
+    out = tmp_path / "sweep"
+    spec = spec_of("--preset", "quick")
+    (out / "n0002-run1").mkdir(parents=True)
+    write_json_atomic(out / "manifest.json", {"spec": spec.to_dict(), "machine": {}})
+    write_json_atomic(out / "n0002-run1" / "result.json", {"flows": 2, "buffer_packets": 90})
+    plan = json.loads(bufsize("sweep", "--preset", "quick", "--out", str(out), "--dry-run", "--json").stdout)
+    done = [p for p in plan["points"] if p["finished"]]
+    assert [(p["flows"], p["run"]) for p in done] == [(2, 1)] and plan["pending_points"] == 4
+    assert plan["estimate_s"] == sum(p["estimate_s"] for p in plan["points"] if not p["finished"])
+    other = bufsize("sweep", "--preset", "quick", "--runs", "2", "--out", str(out), "--dry-run")
+    assert other.returncode == 2 and "different settings" in other.stderr
+
+
+def test_quick_dry_run_names_its_directory_and_creates_nothing(tmp_path):
+    base = tmp_path / "quick"
+    res = bufsize("quick", "--out", str(base), "--dry-run", "--json")
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    assert plan["resume"] is False and Path(plan["out"]).parent == base
+    assert len(plan["sweep"]["points"]) == 5 and plan["estimate_s"] > plan["sweep"]["estimate_s"]
+    assert not base.exists()
+
+
+def test_remote_dry_run_assigns_every_point_once_and_contacts_nothing(tmp_path):
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    argv = ["remote", "--machine", "root@192.0.2.1,root@192.0.2.2", "--preset", "quick", "--runs", "2", "--out",
+            str(tmp_path / "merged"), "--known-hosts", str(known), "--commit", "HEAD", "--dry-run"]  # fmt: skip
+    res = bufsize(*argv, "--json", timeout=60)
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    shares = [s["points"].split(", ") for s in plan["machines"].values()]
+    assert len(shares) == 2 and all(shares)
+    assert sorted(p for share in shares for p in share) == sorted(
+        f"N={n} run {r}" for n in (2, 10, 50, 200, 800) for r in (1, 2)
+    )
+    assert plan["estimate_s"] == max(s["estimate_s"] for s in plan["machines"].values()) > 0
+    assert not (tmp_path / "merged").exists()
+
+
+def test_plot_json_lists_the_files_it_wrote(tmp_path):
+    src = REPO / "results" / "full" / "2026-11-25"
+    d = tmp_path / "sweep"
+    d.mkdir()
+    shutil.copy(src / "manifest.json", d)
+    for r in sorted(src.glob("n*/result.json"))[:6]:
+        (d / r.parent.name).mkdir()
+        shutil.copy(r, d / r.parent.name)
+    res = bufsize("plot", str(d), "--json")
+    assert res.returncode == 0, res.stderr
+    wrote = [Path(p) for p in json.loads(res.stdout)["wrote"]]
+    assert wrote and all(p.exists() and p.parent == d for p in wrote)
+    assert {"figure.png", "table.csv"} <= {p.name for p in wrote}
+
+
+def test_clean_json(root):
+    res = bufsize("clean", "--json")
+    assert res.returncode in (0, 1), res.stderr
+    out = json.loads(res.stdout)
+    assert set(out) == {"removed", "refused"} and all(isinstance(v, list) for v in out.values())
