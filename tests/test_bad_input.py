@@ -125,6 +125,9 @@ def matrix() -> list[tuple[list[str], str]]:
                         cases.append(([cmd, *base, f"{opt}={v}"], opt))  # '=': '-inf' must not read as a flag
         elif cmd == "plot":
             cases += [(["plot", "--", v], "dir") for v in VALUES]
+        elif cmd == "course":  # check reads a directory given as a path: no answers.json there is refused
+            cases += [(["course", "check", "--", v], "answers.json") for v in VALUES]
+            cases += [(["course", "--", v], "invalid choice") for v in VALUES]
         else:  # doctor, clean, quick: nothing here takes a number; a stray value is refused by the parser
             cases += [([cmd, "--", v], "unrecognized arguments") for v in VALUES]
     return cases

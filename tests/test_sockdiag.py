@@ -30,9 +30,14 @@ from bufsize.topologies.sockdiag import (
 )
 
 
+def packed(addr: str) -> bytes:
+    return socket.inet_pton(socket.AF_INET6, addr) if ":" in addr else socket.inet_aton(addr) + bytes(12)
+
+
 def reply(state: int, src: str, sport: int, dst: str, dport: int, cc: bytes | None, info: bytes | None) -> bytes:
-    body = struct.pack("=BBBB", socket.AF_INET, state, 0, 0)
-    body += struct.pack(">HH", sport, dport) + socket.inet_aton(src) + bytes(12) + socket.inet_aton(dst) + bytes(12)
+    family = socket.AF_INET6 if ":" in src else socket.AF_INET
+    body = struct.pack("=BBBB", family, state, 0, 0)
+    body += struct.pack(">HH", sport, dport) + packed(src) + packed(dst)
     body += bytes(12) + bytes(20)  # interface, cookie; expires, queues, uid, inode
     for kind, value in ((INET_DIAG_CONG, cc), (INET_DIAG_INFO, info)):
         if value is not None:
@@ -52,8 +57,12 @@ def test_parse_reads_addresses_cc_cwnd_and_bytes_acked_until_done():
     done = _NLMSG.pack(_NLMSG.size + 4, NLMSG_DONE, 2, 1, 0) + bytes(4)
     data = reply(1, "10.0.0.1", 41000, "10.1.0.1", 5001, b"cubic\0", tcp_info(17, 123456789))
     data += reply(10, "10.1.0.1", 5001, "0.0.0.0", 0, None, None) + done
+    data = data[: len(data) - len(done)] + reply(1, "::ffff:10.1.0.1", 5201, "::ffff:10.0.0.1", 41004, None, None)
+    data += reply(10, "::", 5201, "::", 0, None, None) + done
     socks, finished = parse(data)
     assert finished
+    assert [(s.local, s.remote) for s in socks[2:]] == [("10.1.0.1:5201", "10.0.0.1:41004"), ("[::]:5201", "[::]:0")]
+    socks = socks[:2]
     assert [(s.state, s.local, s.remote, s.cc, s.cwnd, s.bytes_acked) for s in socks] == [
         (1, "10.0.0.1:41000", "10.1.0.1:5001", "cubic", 17, 123456789),
         (10, "10.1.0.1:5001", "0.0.0.0:0", None, None, None),
@@ -87,7 +96,10 @@ s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
 c = socket.create_connection(s.getsockname()); a, _ = s.accept()
 c.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"reno")
 c.sendall(b"x" * 200000); time.sleep(0.5)
-print(s.getsockname()[1], c.getsockname()[1], flush=True); time.sleep(30)
+# A dual-stack listener, as iperf3's: an IPv4 client's connection is an IPv6 socket on its side.
+s6 = socket.socket(socket.AF_INET6); s6.bind(("::", 0)); s6.listen()
+c6 = socket.create_connection(("127.0.0.1", s6.getsockname()[1])); a6, _ = s6.accept()
+print(s.getsockname()[1], c.getsockname()[1], s6.getsockname()[1], flush=True); time.sleep(30)
 """
 
 
@@ -100,11 +112,13 @@ def test_a_real_namespace_reads_as_ss_reads_it(root):
         proc = subprocess.Popen(["ip", "netns", "exec", name, sys.executable, "-c", SERVER], stdout=subprocess.PIPE,
                                 text=True)  # fmt: skip
         assert proc.stdout is not None
-        port, client = map(int, proc.stdout.readline().split())
+        port, client, port6 = map(int, proc.stdout.readline().split())
         socks = tcp_sockets(name, (TCP_ESTABLISHED, TCP_LISTEN), info=True)
         listen = [s for s in socks if s.state == TCP_LISTEN]
         sender = next(s for s in socks if s.state == TCP_ESTABLISHED and s.sport == client)
-        assert [s.sport for s in listen] == [port]
+        assert sorted(s.local for s in listen) == sorted([f"127.0.0.1:{port}", f"[::]:{port6}"])
+        accepted = [s for s in socks if s.state == TCP_ESTABLISHED and s.sport == port6]
+        assert [s.local for s in accepted] == [f"127.0.0.1:{port6}"]  # IPv4-mapped, shown as IPv4
         ss = subprocess.run(["ip", "netns", "exec", name, "ss", "-Htin", "state", "established", f"sport = :{client}"],
                             capture_output=True, text=True, check=True).stdout  # fmt: skip
         fields = dict(f.split(":", 1) for f in ss.split() if f.startswith(("cwnd:", "bytes_acked:")))

@@ -3,11 +3,14 @@
 One netlink socket made inside the namespace (netns.NamespaceSockets), one dump request, the
 replies parsed here: no `ip netns exec ss` process per look, which the flow checks did every 50 ms
 while hundreds of flows came up (bench/sockdiag_vs_ss.py has the measured difference).
-IPv4 only, as the dumbbell is.
+Both families are asked: the dumbbell is IPv4, but a server that listens on a dual-stack socket
+(iperf3 does, on `::`) holds its connections as IPv6 sockets with IPv4-mapped addresses, which are
+reported here as the IPv4 addresses they are (as `ss` would name them without the ::ffff: prefix).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 import struct
@@ -55,9 +58,9 @@ class SockDiagError(OSError):
     pass
 
 
-def request(states: int, info: bool, seq: int = 1) -> bytes:
+def request(states: int, info: bool, seq: int = 1, family: int = socket.AF_INET) -> bytes:
     ext = (1 << (INET_DIAG_INFO - 1)) | (1 << (INET_DIAG_CONG - 1)) if info else 0
-    body = _REQ.pack(socket.AF_INET, socket.IPPROTO_TCP, ext, states) + bytes(_SOCKID.size)
+    body = _REQ.pack(family, socket.IPPROTO_TCP, ext, states) + bytes(_SOCKID.size)
     return _NLMSG.pack(_NLMSG.size + len(body), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + body
 
 
@@ -78,7 +81,7 @@ def parse(data: bytes) -> tuple[list[TcpSocket], bool]:
             raise SockDiagError(-err, f"sock_diag: {os.strerror(-err) if err < 0 else 'error reply'}")
         if kind != SOCK_DIAG_BY_FAMILY or len(body) < _MSG_LEN:
             continue
-        _fam, state, _timer, _retr = _MSG.unpack_from(body)
+        family, state, _timer, _retr = _MSG.unpack_from(body)
         sport, dport, src, dst = _SOCKID.unpack_from(body, _MSG.size)
         cc = cwnd = acked = None
         pos = _MSG_LEN
@@ -95,25 +98,34 @@ def parse(data: bytes) -> tuple[list[TcpSocket], bool]:
                 if len(value) >= _BYTES_ACKED_AT + 8:
                     (acked,) = struct.unpack_from("=Q", value, _BYTES_ACKED_AT)
             pos += (alen + 3) & ~3
-        local = f"{socket.inet_ntoa(src[:4])}:{sport}"
-        out.append(TcpSocket(state, local, f"{socket.inet_ntoa(dst[:4])}:{dport}", cc, cwnd, acked))
+        local, remote = f"{address(family, src)}:{sport}", f"{address(family, dst)}:{dport}"
+        out.append(TcpSocket(state, local, remote, cc, cwnd, acked))
     return out, False
 
 
+def address(family: int, raw: bytes) -> str:
+    """An IPv4 address, an IPv4-mapped IPv6 address as the IPv4 address, or an IPv6 one in brackets."""
+    if family == socket.AF_INET:
+        return socket.inet_ntoa(raw[:4])
+    v6 = ipaddress.IPv6Address(raw[:16])
+    return str(v6.ipv4_mapped) if v6.ipv4_mapped else f"[{v6}]"
+
+
 def tcp_sockets(ns: str, states: tuple[int, ...] = (TCP_ESTABLISHED,), info: bool = False) -> list[TcpSocket]:
-    """Every IPv4 TCP socket of namespace `ns` in one of `states`; with info, its congestion control,
-    cwnd and bytes acknowledged too."""
+    """Every TCP socket of namespace `ns` (IPv4 and IPv6) in one of `states`; with info, its
+    congestion control, cwnd and bytes acknowledged too."""
     sockets = NamespaceSockets()
     try:
         s = sockets.socket(ns, socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG)
     finally:
         sockets.close()
+    found: list[TcpSocket] = []
     with s:
         s.settimeout(5.0)
-        s.sendto(request(sum(1 << st for st in states), info), (0, 0))
-        found: list[TcpSocket] = []
-        done = False
-        while not done:
-            batch, done = parse(s.recv(1 << 20))
-            found += batch
+        for seq, family in enumerate((socket.AF_INET, socket.AF_INET6), start=1):
+            s.sendto(request(sum(1 << st for st in states), info, seq, family), (0, 0))
+            done = False
+            while not done:
+                batch, done = parse(s.recv(1 << 20))
+                found += batch
     return found
