@@ -21,15 +21,23 @@ def quick_spec() -> SweepSpec:
     return make_spec("quick", None, {}, {})
 
 
+def cut_short_latest(base: Path, spec: SweepSpec) -> Path | None:
+    """The latest run, if it was cut short with the same settings (re-running resumes it)."""
+    latest = base / "latest"
+    if not latest.is_dir():
+        return None
+    manifest = read_finished(latest / "manifest.json")
+    same = manifest is not None and manifest.get("spec") == spec.to_dict()
+    return latest.resolve() if same and not all(finished(latest, n, r) for n, r in spec.points()) else None
+
+
 def quick_dir(base: Path, spec: SweepSpec) -> Path:
     """The main job's sweep directory: the latest one if it was cut short with the same settings (so
     re-running resumes it), else a new timestamped one (so a finished run is never overwritten)."""
+    resumed = cut_short_latest(base, spec)
+    if resumed is not None:
+        return resumed
     latest = base / "latest"
-    if latest.is_dir():
-        manifest = read_finished(latest / "manifest.json")
-        same = manifest is not None and manifest.get("spec") == spec.to_dict()
-        if same and not all(finished(latest, n, r) for n, r in spec.points()):
-            return latest.resolve()
     d = base / time.strftime("%Y-%m-%d-%H%M%S")
     d.mkdir(parents=True)
     if latest.is_symlink() or not latest.exists():
@@ -46,11 +54,9 @@ def plan_quick(given: str | Path) -> dict:
     latest run it would resume, or a new one), the verify step, and the sweep's plan with its estimate."""
     spec = quick_spec()
     base = check_out_dir(given, create=False)
-    latest = base / "latest"
-    manifest = read_finished(latest / "manifest.json") if latest.is_dir() else None
-    resume = manifest is not None and manifest.get("spec") == spec.to_dict()
-    resume = resume and not all(finished(latest, n, r) for n, r in spec.points())
-    out = latest.resolve() if resume else base / time.strftime("%Y-%m-%d-%H%M%S")
+    resumed = cut_short_latest(base, spec)
+    resume = resumed is not None
+    out = resumed or base / time.strftime("%Y-%m-%d-%H%M%S")
     sweep = plan(out, spec, None)
     setup_s = VERIFY_S + 20  # doctor, building the verify dumbbell, its RTT and rate tests
     total = sweep["estimate_s"] + setup_s

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bufsize.course import starter
+from bufsize.theory.model import stanford_packets
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.projectfiles import COURSE_RUNS_DIR
@@ -67,8 +68,7 @@ def expected_ranges(runs: list[dict]) -> dict[int, tuple[int, int, list[int]]]:
 
 
 def theory(flows: int) -> float:
-    bdp_bytes = starter.RTT_MS / 1e3 * starter.RATE_MBPS * 1e6 / 8
-    return bdp_bytes / FRAME_BYTES / math.sqrt(flows)
+    return stanford_packets(starter.RTT_MS / 1e3, starter.RATE_MBPS * 1e6, flows, FRAME_BYTES)
 
 
 def _number(x: object) -> float | None:

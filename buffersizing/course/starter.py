@@ -24,10 +24,10 @@ from pathlib import Path
 
 from bufsize import __version__
 from bufsize.longlived.traffic import LongFlows
+from bufsize.monitors.rate import sample_rates
 from bufsize.resultdir import check_out_dir
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
-from bufsize.topologies.counters import rate_mbps
 from bufsize.topologies.dumbbell import Dumbbell
 from bufsize.topologies.machine import delay_backend, require_root
 from bufsize.topologies.proc import sleep_checked
@@ -63,20 +63,6 @@ def smallest_buffer(probe: Callable[[int], float], lo: int, hi: int, target: flo
 
 
 # ---- given: the experiment ---------------------------------------------------------------------
-def sample_rates(net: Dumbbell, seconds: float) -> list[float]:
-    """Mb/s out of the bottleneck, one value per SAMPLE_S, from its interface counters."""
-    rates = []
-    with net.bottleneck.counters() as counters:
-        prev = counters.read()
-        for _ in range(round(seconds / SAMPLE_S)):
-            time.sleep(SAMPLE_S)
-            now = counters.read()
-            rates.append(round(rate_mbps(prev, now), 4))
-            prev = now
-            net.check_alive()
-    return rates
-
-
 def search_one(flows: int, backend: str, say: Callable[[str], None], probe_s: float, settle_s: float) -> dict:
     cfg = DumbbellConfig(hosts=HOSTS, rate_mbps=RATE_MBPS, rtt_ms=[RTT_MS] * HOSTS, cc=CC)
     bdp = math.ceil(cfg.bdp_bytes / FRAME_BYTES)
@@ -88,7 +74,11 @@ def search_one(flows: int, backend: str, say: Callable[[str], None], probe_s: fl
                 raise ValueError(f"probe({buffer_packets}): buffers go from 1 to {4 * bdp} packets here")
             net.set_buffer(buffer_packets * FRAME_BYTES)
             sleep_checked(settle_s, net.check_alive)
-            rates = sample_rates(net, probe_s)
+            with net.bottleneck.counters() as counters:  # the samples search and measure take too
+                got = sample_rates(
+                    counters, round(probe_s / SAMPLE_S), SAMPLE_S, lambda t: sleep_checked(t, net.check_alive)
+                )
+            rates = [round(r, 4) for r in got.rates_mbps]
             running.check()
             u = utilization(rates, RATE_MBPS)
             probes.append({"buffer_packets": buffer_packets, "rates_mbps": rates, "utilization": u})
