@@ -722,7 +722,7 @@ def remote_plan(out: Path, spec: SweepSpec, machines: list, commit: str, runs_pe
         "pending_points": len(todo),
         "points": len(spec.points()),
         "estimate_s": max(load.values(), default=0),
-        "estimate_basis": "model of dynamics.py, plus each machine's setup (packages, venv) on first use",
+        "estimate_basis": "model of dynamics.py; not counting each machine's setup (packages, venv) on first use",
     }
 
 
