@@ -208,6 +208,12 @@ class Experiment:
         assert self.net is not None
         try:
             self.recorder = Recorder(self.net.bottleneck, ports, self.net.state).start()
+            duty = self.recorder.rec.cwnd_duty
+            if ports is not None and duty < 1:
+                self.say(
+                    f"  cwnd: traced {duty:.0%} of each 100 ms at {self.net.bottleneck.rate_mbps:g} Mb/s, so that "
+                    "reading the trace leaves the traffic its CPU (monitors/cwnd.py trace_duty)"
+                )
         except (OSError, LookupError) as e:
             if self.require_recorder:
                 raise RunError(f"the queue monitor could not start: {e}") from e

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bufsize.monitors.base import Monitor
+from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.cleanup import remove_trace_instance
 from bufsize.topologies.ledger import RunState
 from bufsize.topologies.tracefs import (
@@ -32,6 +33,23 @@ EVENT = re.compile(
     rb" (\d+\.\d+): tcp_probe: family=\S+ src=(\S+) dest=\S+ mark=\S+ data_len=\d+ snd_nxt=\S+ "
     rb"snd_una=\S+ snd_cwnd=(\d+) ssthresh=(\d+) snd_wnd=\d+ srtt=(\d+)"
 )
+
+
+# Events per second the trace is left to carry whole. The kernel formats every event as text, and at
+# 1 Gb/s (about 40,000 acks/s to the senders) reading them took about 15 % of the one CPU the
+# traffic has on a 2-core machine, which then saturated: the queue monitor fell behind and the
+# line's departures lagged 4.4 frames at p99 against 1.1 without the trace (2026-11-26, 20 flows,
+# docs/scaling.md). Up to this many frames per second (about 240 Mb/s) every event is traced, as in
+# every committed result; above it the trace is on for only a share of each 100 ms (trace_duty).
+FULL_TRACE_FRAMES_PER_S = 20_000
+
+
+def trace_duty(rate_mbps: float) -> float:
+    """The share of each 100 ms the cwnd trace is on at this bottleneck rate: 1 up to
+    FULL_TRACE_FRAMES_PER_S full-size frames per second, less in proportion beyond. Even at 0.1 a
+    flow with one ack per two frames of a 10 Gb/s link's 1/2000 share is seen every period."""
+    frames_per_s = rate_mbps * 1e6 / (FRAME_BYTES * 8)
+    return 1.0 if frames_per_s <= FULL_TRACE_FRAMES_PER_S else max(0.1, FULL_TRACE_FRAMES_PER_S / frames_per_s)
 
 
 class CwndUnavailable(RuntimeError):
@@ -86,6 +104,10 @@ class CwndTrace(Monitor[int]):
         except BaseException:
             self._close()
             raise
+
+    def pause(self, paused: bool) -> None:
+        """Stop or restart recording events (trace_duty); the instance and its buffer stay."""
+        (self.ev / "enable").write_text("0" if paused else "1")
 
     def drain(self) -> list[tuple[bytes, bytes, bytes, bytes, bytes]]:
         parts = [self.tail]

@@ -21,7 +21,7 @@ import psutil
 
 from bufsize.monitors.base import Monitor
 from bufsize.monitors.cpu import share_between
-from bufsize.monitors.cwnd import CwndTrace, CwndUnavailable
+from bufsize.monitors.cwnd import CwndTrace, CwndUnavailable, trace_duty
 from bufsize.topologies.bottleneck import Bottleneck
 from bufsize.topologies.ledger import RunState
 from bufsize.topologies.qdisc_stats import QdiscSample
@@ -41,6 +41,7 @@ class Recording:
     cpu: list[tuple[float, int, float, float, float]] = field(default_factory=list)  # t, core, busy, softirq, idle
     cwnd_note: str = ""
     cwnd_overruns: int = 0
+    cwnd_duty: float = 1.0  # the share of each rate period the cwnd trace was on (monitors/cwnd.trace_duty)
     thread_cpu_s: float = 0.0
     wall_s: float = 0.0
     error: str = ""
@@ -67,6 +68,9 @@ class Recorder(Monitor[Recording]):
         self.period = 1.0 / queue_hz
         self.slow_every = slow_every
         self.rec = Recording()
+        # The trace is on for the first `on_ticks` queue ticks of each rate period.
+        self.rec.cwnd_duty = trace_duty(bottleneck.rate_mbps)
+        self.on_ticks = max(1, math.ceil(self.rec.cwnd_duty * slow_every - 1e-9))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bsz-recorder", daemon=True)
 
@@ -108,12 +112,16 @@ class Recorder(Monitor[Recording]):
                         rec.rate.append((s.t, (s.bytes - last_rate.bytes) * 8 / (s.t - last_rate.t) / 1e6))
                     last_rate = s
                     if trace is not None:
+                        if tick and self.on_ticks < self.slow_every:  # started on
+                            trace.pause(False)
                         for _t, flow, cwnd, ssthresh, srtt in trace.drain():
                             windows[flow] = (cwnd, ssthresh, srtt)
                             seen[flow] = s.t
                         if windows:
                             total = sum(int(w[0]) for w in windows.values())
                             rec.cwnd_sum.append((s.t, len(windows), total, s.limit))
+                elif trace is not None and tick % self.slow_every == self.on_ticks:
+                    trace.pause(True)
                 if s.t - t_cores >= 1.0:
                     now = psutil.cpu_times(percpu=True)
                     for core, share in enumerate(_core_shares(cores, now)):
@@ -183,6 +191,7 @@ def summary(rec: Recording) -> dict:
         "note": rec.cwnd_note or None,
         "flows_seen": max((n for _, n, _, _ in rec.cwnd_sum), default=0),
         "trace_overruns": rec.cwnd_overruns,
+        "trace_duty": round(rec.cwnd_duty, 3),
     }
     if len(sums) > 1:
         out["cwnd"] |= {"sum_mean": round(statistics.fmean(sums), 1), "sum_sd": round(statistics.stdev(sums), 1)}

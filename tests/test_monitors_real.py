@@ -8,6 +8,7 @@ import pytest
 
 from bufsize.longlived.traffic import LongFlows
 from bufsize.monitors import fidelity
+from bufsize.monitors.cwnd import CwndTrace, trace_duty
 from bufsize.monitors.drops import DropMonitor
 from bufsize.monitors.recorder import Recorder, queue_stats, summary
 from bufsize.topologies import FRAME_BYTES
@@ -58,6 +59,32 @@ def test_queue_standing_with_large_buffer_near_empty_with_tiny_and_drops_only_at
     # Outstanding packets = pipe + queue: the sum of windows is larger when the queue is.
     assert min(sums_large) > max(sums_tiny) * 0.8 and sum(sums_large) / len(sums_large) > 33, (sums_large, sums_tiny)
     assert s["cpu"]["seconds"] >= 10
+
+
+@pytest.mark.integration
+def test_a_paused_cwnd_trace_records_nothing_and_records_every_flow_again_when_resumed(no_leftovers):
+    """The trace's duty cycle (trace_duty) rests on pause(): while paused the kernel records no event
+    of the flows, and once resumed every flow's acks are there again."""
+    assert trace_duty(20) == 1.0 and trace_duty(1000) < 0.3
+    cfg = DumbbellConfig(hosts=2, rate_mbps=20, rtt_ms=[20.0, 20.0], buffer_bytes=50 * FRAME_BYTES, cc="cubic")
+    with Dumbbell(cfg, "delayline") as net, LongFlows(net, 4) as flows:
+        trace = CwndTrace(range(min(flows.ports), max(flows.ports) + 1), net.state).start()
+        try:
+            time.sleep(0.5)
+            running = trace.drain()
+            trace.pause(True)
+            trace.drain()  # what came before the pause took effect
+            time.sleep(0.5)
+            paused = trace.drain()
+            trace.pause(False)
+            time.sleep(0.5)
+            resumed = trace.drain()
+        finally:
+            trace.stop()
+        flows.check()
+    assert len({f for _, f, *_ in running}) == 4, running[:5]
+    assert paused == [], paused[:5]
+    assert len({f for _, f, *_ in resumed}) == 4 and len(resumed) > 20, resumed[:5]
 
 
 @pytest.mark.integration
