@@ -76,13 +76,15 @@ def cmd_flows(a: argparse.Namespace) -> int:
 
 
 def cmd_search(a: argparse.Namespace) -> int:
-    from bufsize.longlived.search import SearchOptions, resolved_config, run_search
+    from bufsize.longlived.search import SearchOptions, default_samples, resolved_config, run_search
 
     if a.buffer_bytes is not None or a.buffer_packets is not None:
         raise UsageError("search chooses the buffer itself: drop --buffer-bytes/--buffer-packets")
     cfg = options.config_from_args(a)
-    opts = SearchOptions(a.flows, a.target, a.relative_to, a.samples, a.settle_s, a.sample_s,
+    samples = a.samples if a.samples is not None else default_samples(a.precision)
+    opts = SearchOptions(a.flows, a.target, a.relative_to, samples, a.settle_s, a.sample_s,
                          resolution=a.resolution, max_samples=a.max_samples, alpha=a.alpha,
+                         precision=a.precision, level=a.level,
                          max_buffer_packets=a.max_buffer_packets, first_guess=not a.no_first_guess, tool=a.tool,
                          fidelity_s=a.fidelity_s)  # fmt: skip
     opts.validate(cfg)

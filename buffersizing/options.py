@@ -94,7 +94,11 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
         default="reference",
         help="utilization of the rate measured with a 2-BDP buffer (default) or of the configured rate",
     )
-    p.add_argument("--samples", type=int, default=5, help="utilization samples per probe; decisions use the median")
+    p.add_argument(
+        "--samples",
+        type=int,
+        help="utilization samples per probe; decisions use the median (default 5, 3 with --precision)",
+    )
     p.add_argument("--settle-s", type=float, help="seconds after a buffer change (default: one congestion cycle)")
     p.add_argument("--sample-s", type=float, help="seconds per sample (default: one congestion cycle, 1 to 30 s)")
     p.add_argument(
@@ -110,6 +114,14 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
         help="sequential test: more samples per probe, up to this many, until the verdict is sure (default 0: off)",
     )
     p.add_argument("--alpha", type=float, default=0.05, help="sequential test's error level (default 0.05)")
+    p.add_argument(
+        "--precision",
+        type=float,
+        default=0.0,
+        help="stop when the buffer where utilization crosses the target, fitted to every sample so far, is known"
+        " to within +- this fraction (e.g. 0.1; 3 samples per probe unless --samples; default 0: off)",
+    )
+    p.add_argument("--level", type=float, default=0.9, help="confidence of --precision's interval (default 0.9)")
     p.add_argument("--max-buffer-packets", type=int, help="top of the search (default: the 2-BDP calibration buffer)")
     p.add_argument("--no-first-guess", action="store_true", help="do not probe RTT*C/sqrt(N) first")
     add_tool_arg(p)

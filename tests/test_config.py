@@ -198,3 +198,26 @@ def test_a_sweep_made_before_the_pin_resumes_and_another_shaper_is_refused(tmp_p
     with pytest.raises(UsageError, match="--allow-mixed-shapers"):
         check_same_shaper(mixed, "line", allow_mixed=False)
     check_same_shaper(mixed, "line", allow_mixed=True)
+
+
+def test_a_sweep_made_before_precision_existed_resumes_but_not_with_precision_asked(tmp_path):
+    """Sweeps committed before --precision have no precision or level in their search options: they
+    ran the sign test, which is what precision 0 means, so they resume; asking for the precision rule
+    on them is another sweep."""
+    import json
+
+    from bufsize.longlived.sweep import existing_manifest, make_spec
+
+    spec = make_spec("full", None, {}, {})
+    old = spec.to_dict()
+    old["search"] = {k: v for k, v in old["search"].items() if k not in ("precision", "level")}
+    (tmp_path / "manifest.json").write_text(json.dumps({"spec": old, "machine": {"shaper": "line"}}))
+    assert existing_manifest(tmp_path, spec) is not None
+    precise = make_spec("full", None, {}, {"precision": 0.1})
+    assert precise.search["precision"] == 0.1 and precise.search["max_samples"] == 0 and precise.search["samples"] == 3
+    with pytest.raises(UsageError, match="different settings.*search"):
+        existing_manifest(tmp_path, precise)
+    # Given explicitly, samples stay as asked; and --max-samples with --precision is refused.
+    assert make_spec("full", None, {"samples": 5}, {"precision": 0.1}).search["samples"] == 5
+    with pytest.raises(UsageError, match="--precision replaces the sequential test"):
+        make_spec("full", None, {"max_samples": 20}, {"precision": 0.1})

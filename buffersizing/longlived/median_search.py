@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from bufsize.longlived.crossing import Crossing, bracket, estimate
 from bufsize.topologies import FRAME_BYTES
 
 Measure = Callable[[int, int], list[float]]
@@ -63,6 +64,7 @@ class SearchResult:
     # within it the link is too close to the target, or too noisy, to tell pass from fail. A wide span
     # means a flat, noisy utilization curve.
     uncertain_interval_packets: tuple[int, int] | None = None
+    crossing: Crossing | None = None  # the precision rule's fit (crossing.py), None under the sign-test rule
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -89,6 +91,13 @@ class MedianSearch:
     sequential: bool = False
     alpha: float = 0.05
     max_samples: int = 20
+    # The precision rule (> 0): probes take `samples` each and the search stops when the crossing of
+    # the target, fitted to every sample so far (crossing.py), is known to within +- this share of
+    # itself (or to one packet) at `level`; no probe is decided on its own and nothing is re-checked
+    # for its own sake. It gives up, unconverged, after `budget_samples` (0: 40 x samples).
+    precision: float = 0.0
+    level: float = 0.9
+    budget_samples: int = 0
     progress: Callable[[Probe], None] | None = None
     probes: list[Probe] = field(default_factory=list)
 
@@ -118,17 +127,20 @@ class MedianSearch:
         """Each probed buffer's most recent verdict: a re-check that overturned a verdict wins."""
         return {p.buffer_packets: p.passed for p in self.probes}
 
-    def probe(self, packets: int, recheck: bool = False) -> bool:
+    def probe(self, packets: int, recheck: bool = False, plain: bool = False) -> bool:
+        """Measure at `packets` and decide on the median; `plain`: exactly `samples` samples."""
         values = list(self.measure(packets * FRAME_BYTES, self.samples))
         if not values:
             raise ValueError(f"no utilization samples at {packets} packets")
         med = statistics.median(values)
         extended = False
-        if abs(med - self.target) < self.margin and self.extra_samples > 0:
+        if plain:
+            pass
+        elif abs(med - self.target) < self.margin and self.extra_samples > 0:
             values += list(self.measure(packets * FRAME_BYTES, self.extra_samples))
             med = statistics.median(values)
             extended = True
-        while self.sequential and len(values) < self.max_samples and self.decisive(packets, values) == 0:
+        while not plain and self.sequential and len(values) < self.max_samples and self.decisive(packets, values) == 0:
             values += list(self.measure(packets * FRAME_BYTES, min(self.samples, self.max_samples - len(values))))
             med = statistics.median(values)
             extended = True
@@ -151,6 +163,8 @@ class MedianSearch:
     def run(self) -> SearchResult:
         if self.hi_packets < 1:
             raise ValueError("hi_packets must be at least 1")
+        if self.precision > 0:
+            return self._run_precision()
         hi = self.hi_packets
         if not self.assume_hi_passes and not self.probe(hi):
             return SearchResult(
@@ -212,3 +226,89 @@ class MedianSearch:
         return SearchResult(
             answer, answer * FRAME_BYTES, self.target, self.probes, converged, note, self.uncertain_interval(answer)
         )
+
+    # ---- the precision rule ----------------------------------------------------------------------
+
+    def crossing(self) -> Crossing | None:
+        samples: dict[int, list[float]] = {}
+        for p in self.probes:
+            samples.setdefault(p.buffer_packets, []).extend(p.samples)
+        return estimate(samples, self.target, self.level)
+
+    def precise_enough(self, c: Crossing) -> bool:
+        """Known to within +-precision, or to one packet (a whole-packet answer can say no more)."""
+        return c.high - c.low <= 1.0 or c.half_width() <= self.precision
+
+    def _bracket(self) -> tuple[int, int]:
+        """(largest failing, smallest passing) buffer around the crossing by the pooled medians of all
+        samples so far, so a probe misread once is outvoted when probed again; (0, top) before any."""
+        medians = {b: statistics.median(self.pooled(b)) for b in {p.buffer_packets for p in self.probes}}
+        if self.assume_hi_passes:
+            medians.setdefault(self.hi_packets, math.inf)
+        br = bracket(medians, self.target)
+        if br is not None:
+            return br
+        passes = [b for b, m in medians.items() if m >= self.target]
+        return (0, min(passes)) if passes else (max(medians, default=0), self.hi_packets)
+
+    def _next_buffer(self, c: Crossing | None, lo: int, hi: int, step: int) -> int:
+        """Bisect (in log space) while the bracket is wider than a factor of 2; near the crossing, probe
+        at the estimate and, in turn, 2 x precision above and below it, so the fit gets both its level
+        and its slope where the answer is decided."""
+        if c is None or hi > 2 * max(lo, 1):
+            return max(lo + 1, min(hi - 1, round(math.sqrt(lo * hi)) if lo > 0 else (lo + hi) // 2))
+        factor = (1.0, 1 + 2 * self.precision, 1 - 2 * self.precision)[step % 3]
+        return max(1, min(self.hi_packets, round(c.packets * factor)))
+
+    def _run_precision(self) -> SearchResult:
+        hi = self.hi_packets
+        if not self.assume_hi_passes and not self.probe(hi, plain=True):
+            return SearchResult(
+                hi,
+                hi * FRAME_BYTES,
+                self.target,
+                self.probes,
+                converged=False,
+                note=f"even {hi} packets missed the target; the answer is above the search range",
+            )
+        budget = self.budget_samples or 40 * self.samples
+        guess = self.first_guess_packets
+        if guess is not None and 0 < guess < hi:
+            self.probe(guess, plain=True)
+        step = 0
+        while True:
+            lo, hi = self._bracket()
+            c = self.crossing()
+            recheck = None
+            if c is not None and c.local and self.precise_enough(c):
+                # The two buffers that decide where the crossing lies are re-checked before stopping
+                # (a median of a few samples can be misread): the one with fewer samples first.
+                recheck = min(c.bracket, key=lambda b: len(self.pooled(b)))
+                if len(self.pooled(recheck)) >= 2 * self.samples:
+                    return self._precision_result(c, converged=True)
+            taken = sum(len(p.samples) for p in self.probes)
+            if taken >= budget:
+                if c is None:
+                    return self._result(hi, converged=False, note=f"no crossing of the target after {taken} samples")
+                return self._precision_result(c, converged=False)
+            if hi - lo <= 1 and lo == 0:  # one packet passes: nothing smaller to look at
+                return self._result(hi)
+            if recheck is not None:
+                self.probe(recheck, recheck=True, plain=True)
+                continue
+            fine = c is not None and hi <= 2 * max(lo, 1)
+            self.probe(self._next_buffer(c if fine else None, lo, hi, step), plain=True)
+            step += fine
+
+    def _precision_result(self, c: Crossing, converged: bool) -> SearchResult:
+        answer = max(1, min(self.hi_packets, math.ceil(c.packets - 1e-9)))
+        taken = sum(len(p.samples) for p in self.probes)
+        hi = c.high if math.isfinite(c.high) else self.hi_packets
+        interval = (math.floor(c.low), min(self.hi_packets, math.ceil(hi)))
+        note = (
+            f"the target is crossed at {c.packets:.1f} packets, {c.level:.0%} interval {c.low:.1f}..{hi:.1f}, "
+            f"from {taken} samples at {len(c.buffers)} buffers near it"
+        )
+        if not converged:
+            note += f": not within +-{self.precision:.0%} after the {taken} samples allowed (a flat, noisy curve)"
+        return SearchResult(answer, answer * FRAME_BYTES, self.target, self.probes, converged, note, interval, c)

@@ -52,6 +52,10 @@ class SearchOptions:
     # per probe, until the verdict is established at `alpha`; 0 keeps a fixed count per probe.
     max_samples: int = 0
     alpha: float = 0.05
+    # > 0: the precision rule (median_search.MedianSearch.precision): stop when the crossing of the
+    # target, fitted to every sample so far, is known to within +- this share at `level`.
+    precision: float = 0.0
+    level: float = 0.9
     max_buffer_packets: int | None = None  # top of the search (2012's --maxq); None: the calibration buffer
     first_guess: bool = True
     tool: str = "iperf"
@@ -74,6 +78,11 @@ class SearchOptions:
             raise UsageError(f"--max-samples {self.max_samples}: must be 0 (fixed count) or from --samples + 1 to 200")
         # Below 0.001 a sign test needs more than 10 samples all on one side before any verdict.
         check_number("--alpha", self.alpha, 0.001, 0.5, lo_inclusive=True)
+        if self.precision:
+            check_number("--precision", self.precision, 0.01, 0.5, lo_inclusive=True)
+            if self.max_samples:
+                raise UsageError("--precision replaces the sequential test: drop --max-samples (or --precision)")
+        check_number("--level", self.level, 0.5, 0.999, lo_inclusive=True)
         if self.max_buffer_packets is not None and not 1 <= self.max_buffer_packets <= 1_000_000:
             raise UsageError(f"--max-buffer-packets {self.max_buffer_packets}: must be from 1 to 1000000")
         check_fidelity_s(self.fidelity_s)
@@ -81,6 +90,19 @@ class SearchOptions:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def stopping_rule(opts: SearchOptions) -> str:
+    """How the search decided when it knew enough: the result says which rule answered."""
+    if opts.precision:
+        return "precision"
+    return "sign test" if opts.max_samples > opts.samples else "fixed samples"
+
+
+def default_samples(precision: float) -> int:
+    """Samples per probe when none are asked for: the precision rule was tuned with 3 (its fit pools
+    every probe's samples; bench/results/search-rule-offline.md), the others use 5."""
+    return 3 if precision else 5
 
 
 def resolved_config(cfg: DumbbellConfig, opts: SearchOptions) -> dict:
@@ -304,10 +326,12 @@ def run_search(
                 extra = " (re-check)" if p.recheck else ""
                 q = queue_stats(ex.recorder.rec.queue, *prober.windows[-1]) if ex.recorder else {}
                 backlog = f", queue mean {q['mean_packets']:.0f} max {q['max_packets']}" if q.get("samples") else ""
+                c = search.crossing() if search and opts.precision else None
+                where = f"; crossing {c.packets:.1f} ({c.low:.1f}..{c.high:.1f})" if c else ""
                 say(
                     f"  probe {len(search.probes) if search else 0:2d}: {p.buffer_packets:5d} packets -> median "
                     f"{p.median:.2%} {verdict}{extra}{backlog} [{len(p.samples)} samples, "
-                    f"{time.monotonic() - ex.t_wall:.0f} s]"
+                    f"{time.monotonic() - ex.t_wall:.0f} s{where}]"
                 )
 
             search = MedianSearch(
@@ -322,6 +346,8 @@ def run_search(
                 sequential=opts.max_samples > opts.samples,
                 alpha=opts.alpha,
                 max_samples=max(opts.max_samples, opts.samples),
+                precision=opts.precision,
+                level=opts.level,
                 progress=progress,
             )
             res = search.run()
@@ -346,6 +372,10 @@ def run_search(
         "search_top_packets": top,
         "note": res.note,
         "uncertain_interval_packets": list(res.uncertain_interval_packets or ()),
+        "stopping_rule": "precision"
+        if opts.precision
+        else ("sign test" if opts.max_samples > opts.samples else "fixed"),
+        "crossing": res.crossing.to_dict() if res.crossing else None,
         "calibration_rates_mbps": [round(r, 3) for r in cal_rates],
         "cpu": {
             "min_idle_share": round(cpu_idle_min, 3) if cpu_idle_min is not None else None,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bufsize.longlived.dynamics import estimate_search_seconds
 from bufsize.longlived.presets import preset
-from bufsize.longlived.search import SearchOptions, run_search
+from bufsize.longlived.search import SearchOptions, default_samples, run_search
 from bufsize.longlived.traffic import MAX_FLOWS
 from bufsize.manifest import machine_manifest
 from bufsize.options import parse_flow_list
@@ -102,6 +102,8 @@ SEARCH_DEFAULTS = {
     "resolution": 0.05,
     "max_samples": 0,
     "alpha": 0.05,
+    "precision": 0.0,
+    "level": 0.9,
     "max_buffer_packets": None,
     "first_guess": True,
     "tool": "iperf",
@@ -123,6 +125,12 @@ def make_spec(preset_name: str | None, flows: list[int] | None, overrides: dict,
         raise UsageError("give --flows (for example 2,10,50,200,800) or a --preset")
     search_opts = SEARCH_DEFAULTS | {k: v for k, v in search.items() if v is not None}
     search_opts |= {k: pick(k, SEARCH_DEFAULTS[k]) for k in ("samples", "resolution", "max_samples")}
+    if search_opts["precision"]:
+        # The precision rule replaces a preset's sequential test, and was tuned with 3 samples a probe.
+        if overrides.get("max_samples") is None:
+            search_opts["max_samples"] = 0
+        if overrides.get("samples") is None:
+            search_opts["samples"] = default_samples(search_opts["precision"])
     spec = SweepSpec(
         flows=flows,
         runs=pick("runs", 1),
@@ -160,7 +168,8 @@ def spec_from_args(a: argparse.Namespace) -> SweepSpec:
         "max_samples": a.max_samples,
     }
     search = {"target": a.target, "relative_to": a.relative_to, "settle_s": a.settle_s, "sample_s": a.sample_s,
-              "alpha": a.alpha, "max_buffer_packets": a.max_buffer_packets, "first_guess": not a.no_first_guess,
+              "alpha": a.alpha, "precision": a.precision, "level": a.level,
+              "max_buffer_packets": a.max_buffer_packets, "first_guess": not a.no_first_guess,
               "tool": a.tool, "fidelity_s": a.fidelity_s}  # fmt: skip
     return make_spec(a.preset, flows, overrides, search)
 
@@ -216,6 +225,9 @@ def existing_manifest(out: Path, spec: SweepSpec) -> dict | None:
         raise UsageError(f"{path} is not a sweep manifest ({detail}); choose another --out") from e
     if old.get("shaper") == "auto" and isinstance(machine, dict) and machine.get("shaper") == spec.shaper:
         old["shaper"] = spec.shaper  # made before sweeps pinned auto, and auto ran this shaper then
+    if isinstance(old.get("search"), dict):
+        # Search options added since the sweep was made: it ran with their defaults (--precision off).
+        old["search"] = {k: v for k, v in SEARCH_DEFAULTS.items() if k not in old["search"]} | old["search"]
     if old != spec.to_dict():
         diff = sorted(k for k in set(old) | set(spec.to_dict()) if old.get(k) != spec.to_dict().get(k))
         raise UsageError(

@@ -1,0 +1,114 @@
+"""The search's stopping rules on the real link, alternating in one sitting (issue 30).
+
+Each run does one `bufsize search` per rule at each N, the rules' order flipping every run so
+neither always runs on a machine warmed by the other. The link is the presets' (62.5 Mb/s, 87 ms,
+min(N, 400) sender hosts, the line); the rules are the full preset's sequential sign test and the
+precision rule. Rows (answer, wall time, samples, probes, validity) go to a resumable JSONL file;
+--report prints median [range] per N and rule. bench/search_rule_offline.py is the same comparison
+on the simulated link.
+
+    flock /tmp/bsz-bench.lock .venv/bin/python bench/search_rule_ab.py --flows 100,10 --runs 3
+    .venv/bin/python bench/search_rule_ab.py --report
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BUFSIZE = str(REPO / ".venv" / "bin" / "bufsize")
+RULES = {
+    "sign-test": ["--samples", "5", "--max-samples", "20", "--resolution", "0.05"],
+    "precision": ["--precision", "0.1"],
+}
+
+
+def search_run(flows: int, cc: str, rule: str) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bsz-rule-") as tmp:
+        args = [BUFSIZE, "search", "--flows", str(flows), "--hosts", str(min(flows, 400)), "--cc", cc,
+                "--rate-mbps", "62.5", "--rtt-ms", "87", "--shaper", "line", *RULES[rule],
+                "--out", tmp, "--force", "--json"]  # fmt: skip
+        t0 = time.monotonic()
+        res = subprocess.run(args, capture_output=True, text=True)
+        wall = time.monotonic() - t0
+        if res.returncode not in (0, 3):
+            return {"error": res.stderr.strip()[-400:], "wall_s": round(wall, 1)}
+        d = json.loads(res.stdout)
+    return {
+        "answer": d["buffer_packets"], "interval": d["uncertain_interval_packets"],
+        "converged": d["flags"]["converged"], "valid": d["valid"], "wall_s": round(wall, 1),
+        "search_wall_s": d["wall_seconds"],
+        "samples": sum(len(p["samples"]) for p in d["probes"]), "probes": len(d["probes"]),
+        "settles": sum(1 for m in d["measurements"] if m["settle_s"] > 0), "rule": d.get("stopping_rule"),
+        "crossing": d.get("crossing"), "commit": d["manifest"]["project_commit"], "loadavg": os.getloadavg()[0],
+    }  # fmt: skip
+
+
+def med_range(xs: list[float], fmt: str = "{:.0f}") -> str:
+    if not xs:
+        return "-"
+    return f"{fmt.format(statistics.median(xs))} [{fmt.format(min(xs))}..{fmt.format(max(xs))}]"
+
+
+def report(rows: list[dict]) -> str:
+    lines = [
+        "| N | cc | rule | runs | answer (packets) | CV | wall per search (s) | samples | settles | valid |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for n, cc in dict.fromkeys((r["flows"], r["cc"]) for r in rows):
+        for rule in RULES:
+            rs = [r for r in rows if (r["flows"], r["cc"], r["rule_name"]) == (n, cc, rule) and "error" not in r]
+            if not rs:
+                continue
+            ans = [r["answer"] for r in rs]
+            cv = statistics.pstdev(ans) / statistics.fmean(ans)
+            lines.append(
+                f"| {n} | {cc} | {rule} | {len(rs)} | {', '.join(map(str, ans))} | {cv:.3f} | "
+                f"{med_range([r['wall_s'] for r in rs])} | {med_range([r['samples'] for r in rs])} | "
+                f"{med_range([r['settles'] for r in rs])} | {sum(r['valid'] for r in rs)}/{len(rs)} |"
+            )
+    errors = [r for r in rows if "error" in r]
+    if errors:
+        lines.append(f"\n{len(errors)} runs failed: " + "; ".join(f"N={r['flows']} {r['rule_name']}" for r in errors))
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--flows", default="100,10")
+    ap.add_argument("--cc", default="cubic")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--out", default="bench/results/search-rule-ab.jsonl")
+    ap.add_argument("--report", action="store_true")
+    a = ap.parse_args()
+    path = Path(a.out)
+    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    if a.report:
+        print(report(rows))
+        return 0
+    if os.geteuid() != 0:
+        sys.exit("run as root")
+    seen = {(r["flows"], r["cc"], r["rule_name"], r["run"]) for r in rows}
+    names = list(RULES)
+    for run in range(1, a.runs + 1):
+        for n in map(int, a.flows.split(",")):
+            for rule in names if run % 2 else names[::-1]:
+                if (n, a.cc, rule, run) in seen:
+                    continue
+                row = {"run": run, "flows": n, "cc": a.cc, "rule_name": rule, **search_run(n, a.cc, rule)}
+                with path.open("a") as fh:
+                    fh.write(json.dumps(row) + "\n")
+                print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

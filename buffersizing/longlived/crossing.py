@@ -1,0 +1,158 @@
+"""Where utilization crosses the target, from every sample taken so far, and how sure that is.
+
+The precision rule of the search (median_search.MedianSearch with `precision`) stops when this
+interval is narrow enough, instead of deciding each probe on its own. Near the answer utilization
+rises smoothly with the logarithm of the buffer (the committed searches: at N = 10, 0.982 at 35
+packets, 0.990 at 50, 0.997 at 71), so a straight line through the per-buffer medians against
+ln(buffer), over the probes around the crossing, says where it reaches the target. The fit is on
+medians, weighted by how many samples each has, so one wild sample (a flow restarting) moves it no
+more than it moves the median-filtered search.
+
+The interval comes from the line's standard errors, with the noise of one sample estimated from
+all samples near the crossing pooled (their spread around their own buffer's mean): a bootstrap of
+three samples per buffer, tried first, covered the true crossing in only half the simulated
+searches (bench/search_rule_offline.py). A line whose rise is not clear of its own error (a flat,
+noisy stretch) bounds nothing: the interval is then 0..infinity, so such a curve never reads as
+precise.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+# Buffers within this factor of the estimate take part in the fit: wide enough for a slope, narrow
+# enough that the curve's bend toward full utilization does not tilt the line much (N = 100: 0.957
+# at 7 packets, 0.979 at 9, 0.992 at 11, 0.9998 at 22). The failing and the passing buffer next to
+# the crossing join it when it would lack either.
+WINDOW = 1.5
+# The median of n samples scatters sqrt(pi/2) times as much as their mean (normal samples).
+MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)
+# Pooled degrees of freedom below which the noise estimate means little: no interval yet.
+MIN_DOF = 6
+
+
+@dataclass(frozen=True)
+class Crossing:
+    packets: float  # where the fitted line reaches the target
+    low: float  # the interval at `level` (0 and inf when the fit cannot bound it)
+    high: float
+    level: float
+    slope: float  # utilization per unit of ln(buffer)
+    noise: float  # the pooled standard deviation of one sample
+    buffers: tuple[int, ...]  # the buffers the fit used
+    bracket: tuple[int, int]  # the failing and the passing buffer next to the crossing (pooled medians)
+
+    @property
+    def local(self) -> bool:
+        """Every buffer of the fit lies within WINDOW of the estimate: none was pulled in from afar
+        for want of a failing or passing one nearby, where the curve's bend would bias the line."""
+        return all(self.packets / WINDOW <= b <= self.packets * WINDOW for b in self.buffers)
+
+    def half_width(self) -> float:
+        """Half the interval, relative to the estimate."""
+        return (self.high - self.low) / 2 / self.packets
+
+    def to_dict(self) -> dict:
+        return {
+            "packets": round(self.packets, 2),
+            "low": round(self.low, 2),
+            "high": round(self.high, 2) if math.isfinite(self.high) else None,
+            "level": self.level,
+            "slope_per_ln_buffer": round(self.slope, 5),
+            "sample_sd": round(self.noise, 5),
+            "buffers": list(self.buffers),
+            "bracket": list(self.bracket),
+        }
+
+
+def bracket(medians: dict[int, float], target: float) -> tuple[int, int] | None:
+    """The failing and the passing buffer next to the crossing: the smallest buffer whose median
+    passes and is above some failing buffer, and the largest failing buffer below it; None when all
+    pass or all fail."""
+    order = sorted(medians)
+    for i, b in enumerate(order):
+        if medians[b] >= target and i > 0:
+            fails = [a for a in order[:i] if medians[a] < target]
+            if fails:
+                return fails[-1], b
+    return None
+
+
+def pooled_sd(groups: list[list[float]]) -> tuple[float, int]:
+    """Standard deviation of one sample around its own buffer's mean, pooled; and its degrees of freedom."""
+    ss = sum(sum((v - statistics.fmean(g)) ** 2 for v in g) for g in groups if len(g) > 1)
+    dof = sum(len(g) - 1 for g in groups if len(g) > 1)
+    return (math.sqrt(ss / dof) if dof else math.inf), dof
+
+
+def window(medians: dict[int, float], center: float, br: tuple[int, int], target: float) -> list[int]:
+    """Buffers within WINDOW of center, with the bracket's failing or passing end where none fails or passes."""
+    used = {b for b in medians if center / WINDOW <= b <= center * WINDOW}
+    if not any(medians[b] < target for b in used):
+        used.add(br[0])
+    if not any(medians[b] >= target for b in used):
+        used.add(br[1])
+    return sorted(used)
+
+
+def estimate(samples: dict[int, list[float]], target: float, level: float = 0.9) -> Crossing | None:
+    """The crossing from the samples at each buffer (packets -> utilizations); None until some buffer
+    fails and a larger one passes."""
+    medians = {b: statistics.median(v) for b, v in samples.items() if v}
+    br = bracket(medians, target)
+    if br is None:
+        return None
+    # Twice: around the bracket's middle, then around the first estimate.
+    center = math.sqrt(br[0] * br[1])
+    for _ in range(2):
+        used = window(medians, center, br, target)
+        fit = _fit([(math.log(b), medians[b], len(samples[b])) for b in used], target)
+        x = fit[0] if fit is not None else math.log(center)
+        # No extrapolation: the crossing lies within the bracket the medians show.
+        center = math.exp(min(max(x, math.log(br[0])), math.log(br[1])))
+    noise, dof = pooled_sd([samples[b] for b in used])
+    low, high = 0.0, math.inf
+    slope = fit[1] if fit is not None else 0.0
+    if fit is not None and dof >= MIN_DOF:
+        _, slope, xbar, weight, ybar = fit[:5]
+        sxx = fit[5]
+        var_median = (MEDIAN_EFFICIENCY * noise) ** 2  # of the median of one sample; of n: / n
+        vy, vs = var_median / weight, var_median / sxx
+        t = t_quantile(0.5 + level / 2, dof)
+        # Fieller's interval for the ratio (target - ybar) / slope: it widens without bound as the
+        # slope's own error approaches the slope, where a plain standard error would not.
+        a = slope**2 - t**2 * vs
+        if a > 0:
+            dy = target - ybar
+            root = t * math.sqrt(a * vy + vs * dy**2)
+            low = math.exp(xbar + (slope * dy - root) / a)
+            high = math.exp(xbar + (slope * dy + root) / a)
+    return Crossing(center, low, high, level, slope, noise, tuple(used), br)
+
+
+Fit = tuple[float, float, float, float, float, float]
+
+
+def _fit(points: list[tuple[float, float, int]], target: float) -> Fit | None:
+    """Weighted least squares of median on ln(buffer) (weights: sample counts): (ln buffer where the
+    line reaches the target, slope, weighted mean of ln buffer, total weight, weighted mean of the
+    medians, weighted Sxx); None when the line does not rise."""
+    w = sum(n for _, _, n in points)
+    mx = sum(x * n for x, _, n in points) / w
+    my = sum(y * n for _, y, n in points) / w
+    sxx = sum(n * (x - mx) ** 2 for x, _, n in points)
+    if sxx <= 0:
+        return None
+    slope = sum(n * (x - mx) * (y - my) for x, y, n in points) / sxx
+    if slope <= 0:
+        return None
+    return mx + (target - my) / slope, slope, mx, w, my, sxx
+
+
+def t_quantile(p: float, dof: int) -> float:
+    """Student's t quantile from the normal one (Cornish-Fisher, two terms): within 1 % from 6 degrees
+    of freedom, which is all the interval needs (the noise estimate behind it is rougher)."""
+    z = statistics.NormalDist().inv_cdf(p)
+    return z + (z**3 + z) / (4 * dof) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * dof**2)
