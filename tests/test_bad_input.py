@@ -87,6 +87,7 @@ VALID: dict[tuple[str, str], set[str]] = {
     # measure and util-table refuse RTT 0: their calibration or reference buffer is 2 BDP = 0.)
     **{(c, "--rtt-ms"): {"0"} for c in ("verify", "flows", "shell")},
     **{(c, "--max-samples"): {"0"} for c in ("search", "sweep", "remote")},  # 0: a fixed count per probe
+    **{(c, "--precision"): {"0"} for c in ("search", "sweep", "remote")},  # 0: the precision rule is off
     # Syntactically valid host names (whether they resolve is found out when connecting).
     ("remote", "--machine"): {"nan", "inf", "0", "1e308", "9" * 30, "1e-9"},
     ("remote", "--give-up-s"): {"0", "1e-9"},  # 0: give a silent machine up at the first miss

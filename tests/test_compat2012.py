@@ -49,7 +49,8 @@ def test_print_config_resolves_the_2012_sweep_line_and_builds_nothing():
         "target": 0.99, "max_buffer_packets": 100,  # --maxq, the top of the 2012 search
         "shaper": "auto", "delay_backend": "auto", "burst_bytes": None, "pacer": cfg["pacer"], "bdp_packets": None,
         "relative_to": "reference", "samples": 5, "settle_s": None, "sample_s": None, "max_sample_s": 30.0,
-        "resolution": 0.05, "max_samples": 0, "alpha": 0.05, "first_guess": True, "tool": "iperf", "fidelity_s": 2.0,
+        "resolution": 0.05, "max_samples": 0, "alpha": 0.05, "precision": 0.0, "level": 0.9, "first_guess": True,
+        "tool": "iperf", "fidelity_s": 2.0,
     }  # fmt: skip
     assert cfg["bdp_packets"] == pytest.approx(62.5e6 / 8 * 0.087 / 1514, abs=0.1)
     assert (ours(), run_states()) == before

@@ -342,7 +342,7 @@ def test_precision_rule_answers_like_the_sign_test_with_far_fewer_samples(name: 
     """On links with the committed searches' curves and noise, over 20 seeds: the answers' median is
     within 10 % of the true one and their CV at most 10 %; the 90 % interval covers the true crossing
     in at least 80 % of the searches; and the median search takes at most 60 % of the samples the
-    presets' sign test takes on the same links (it took 31-47 %: bench/results/search-rule-offline.md)."""
+    presets' sign test takes on the same links (it took 28-39 %: bench/results/search-rule-offline.md)."""
     model = MODELS[name]
     answers, covered, samples_new, samples_old = [], 0, [], []
     for seed in range(20):

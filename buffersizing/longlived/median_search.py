@@ -236,7 +236,10 @@ class MedianSearch:
         return estimate(samples, self.target, self.level)
 
     def precise_enough(self, c: Crossing) -> bool:
-        """Known to within +-precision, or to one packet (a whole-packet answer can say no more)."""
+        """Known to within +-precision, or to one packet (a whole-packet answer can say no more). An
+        estimate held inside the medians' bracket while the line crosses outside it is not."""
+        if not c.low <= c.packets <= c.high:
+            return False
         return c.high - c.low <= 1.0 or c.half_width() <= self.precision
 
     def _bracket(self) -> tuple[int, int]:

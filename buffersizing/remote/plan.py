@@ -114,6 +114,7 @@ def sweep_argv(spec: SweepSpec) -> list[str]:
         if s[key] is not None:
             argv += [opt, repr(s[key])]
     argv += ["--resolution", repr(s["resolution"]), "--max-samples", str(s["max_samples"]), "--alpha", repr(s["alpha"])]
+    argv += ["--precision", repr(s["precision"]), "--level", repr(s["level"])]
     if not s["first_guess"]:
         argv.append("--no-first-guess")
     argv += ["--tool", s["tool"], "--fidelity-s", repr(s["fidelity_s"])]
