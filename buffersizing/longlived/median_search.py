@@ -160,21 +160,22 @@ class MedianSearch:
                 lo = mid
         return lo, hi
 
+    def _top_missed(self, plain: bool) -> SearchResult | None:
+        """Probe the top of the range (unless it passes by definition); the result if it missed."""
+        hi = self.hi_packets
+        if self.assume_hi_passes or self.probe(hi, plain=plain):
+            return None
+        note = f"even {hi} packets missed the target; the answer is above the search range"
+        return SearchResult(hi, hi * FRAME_BYTES, self.target, self.probes, converged=False, note=note)
+
     def run(self) -> SearchResult:
         if self.hi_packets < 1:
             raise ValueError("hi_packets must be at least 1")
         if self.precision > 0:
             return self._run_precision()
         hi = self.hi_packets
-        if not self.assume_hi_passes and not self.probe(hi):
-            return SearchResult(
-                hi,
-                hi * FRAME_BYTES,
-                self.target,
-                self.probes,
-                converged=False,
-                note=f"even {hi} packets missed the target; the answer is above the search range",
-            )
+        if (missed := self._top_missed(plain=False)) is not None:
+            return missed
         lo = 0
         guess = self.first_guess_packets
         if guess is not None and 0 < guess < hi:
@@ -265,15 +266,8 @@ class MedianSearch:
 
     def _run_precision(self) -> SearchResult:
         hi = self.hi_packets
-        if not self.assume_hi_passes and not self.probe(hi, plain=True):
-            return SearchResult(
-                hi,
-                hi * FRAME_BYTES,
-                self.target,
-                self.probes,
-                converged=False,
-                note=f"even {hi} packets missed the target; the answer is above the search range",
-            )
+        if (missed := self._top_missed(plain=True)) is not None:
+            return missed
         budget = self.budget_samples or 40 * self.samples
         guess = self.first_guess_packets
         if guess is not None and 0 < guess < hi:
