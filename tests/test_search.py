@@ -411,3 +411,11 @@ def test_precision_rule_answer_is_the_whole_packet_above_the_crossing_within_its
     lo, hi = res.uncertain_interval_packets or (0, 0)
     assert lo <= c.packets <= hi and hi - lo <= max(2, 0.25 * c.packets), (lo, hi, c)
     assert "interval" in res.note and not any(p.extended for p in res.probes)
+
+
+def test_the_result_names_the_rule_that_decided_when_to_stop() -> None:
+    from bufsize.longlived.search import SearchOptions, stopping_rule
+
+    assert stopping_rule(SearchOptions(flows=10, samples=3)) == "fixed samples"  # the quick preset
+    assert stopping_rule(SearchOptions(flows=10, samples=5, max_samples=20)) == "sign test"  # full, theory
+    assert stopping_rule(SearchOptions(flows=10, samples=3, precision=0.1)) == "precision"

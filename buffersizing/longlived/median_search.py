@@ -134,9 +134,7 @@ class MedianSearch:
             raise ValueError(f"no utilization samples at {packets} packets")
         med = statistics.median(values)
         extended = False
-        if plain:
-            pass
-        elif abs(med - self.target) < self.margin and self.extra_samples > 0:
+        if not plain and abs(med - self.target) < self.margin and self.extra_samples > 0:
             values += list(self.measure(packets * FRAME_BYTES, self.extra_samples))
             med = statistics.median(values)
             extended = True
@@ -150,10 +148,15 @@ class MedianSearch:
             self.progress(p)
         return p.passed
 
+    @staticmethod
+    def _mid(lo: int, hi: int) -> int:
+        """The next probe between lo (fails, or 0) and hi (passes): their geometric mean, strictly inside."""
+        return max(lo + 1, min(hi - 1, round(math.sqrt(lo * hi)) if lo > 0 else (lo + hi) // 2))
+
     def _bisect(self, lo: int, hi: int) -> tuple[int, int]:
         """lo fails (or is 0), hi passes; narrow to adjacent packets."""
         while hi - lo > max(1, math.floor(self.resolution * hi)):
-            mid = max(lo + 1, min(hi - 1, round(math.sqrt(lo * hi)) if lo > 0 else (lo + hi) // 2))
+            mid = self._mid(lo, hi)
             if self.probe(mid):
                 hi = mid
             else:
@@ -260,7 +263,7 @@ class MedianSearch:
         at the estimate and, in turn, 2 x precision above and below it, so the fit gets both its level
         and its slope where the answer is decided."""
         if c is None or hi > 2 * max(lo, 1):
-            return max(lo + 1, min(hi - 1, round(math.sqrt(lo * hi)) if lo > 0 else (lo + hi) // 2))
+            return self._mid(lo, hi)
         factor = (1.0, 1 + 2 * self.precision, 1 - 2 * self.precision)[step % 3]
         return max(1, min(self.hi_packets, round(c.packets * factor)))
 

@@ -372,9 +372,7 @@ def run_search(
         "search_top_packets": top,
         "note": res.note,
         "uncertain_interval_packets": list(res.uncertain_interval_packets or ()),
-        "stopping_rule": "precision"
-        if opts.precision
-        else ("sign test" if opts.max_samples > opts.samples else "fixed"),
+        "stopping_rule": stopping_rule(opts),
         "crossing": res.crossing.to_dict() if res.crossing else None,
         "calibration_rates_mbps": [round(r, 3) for r in cal_rates],
         "cpu": {
