@@ -25,9 +25,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 BUFSIZE = str(REPO / ".venv" / "bin" / "bufsize")
+# Rows before 2026-11-26 evening ran "sign-test" and "precision" on the model's sample lengths, which
+# were then the only ones; "precision-measured" has samples of two measured loss episodes (item 4).
 RULES = {
-    "sign-test": ["--samples", "5", "--max-samples", "20", "--resolution", "0.05"],
-    "precision": ["--precision", "0.1"],
+    "sign-test": ["--samples", "5", "--max-samples", "20", "--resolution", "0.05", "--sample-length", "model"],
+    "precision": ["--precision", "0.1", "--sample-length", "model"],
+    "precision-measured": ["--precision", "0.1", "--sample-length", "measured"],
 }
 
 
@@ -48,7 +51,9 @@ def search_run(flows: int, cc: str, rule: str) -> dict:
         "search_wall_s": d["wall_seconds"],
         "samples": sum(len(p["samples"]) for p in d["probes"]), "probes": len(d["probes"]),
         "settles": sum(1 for m in d["measurements"] if m["settle_s"] > 0), "rule": d.get("stopping_rule"),
-        "crossing": d.get("crossing"), "commit": d["manifest"]["project_commit"], "loadavg": os.getloadavg()[0],
+        "crossing": d.get("crossing"), "sample_rule": d.get("sample_rule"),
+        "loss_episodes": d.get("loss_episodes"), "sample_s": sorted({m["sample_s"] for m in d["measurements"]}),
+        "commit": d["manifest"]["project_commit"], "loadavg": os.getloadavg()[0],
     }  # fmt: skip
 
 
@@ -87,6 +92,7 @@ def main() -> int:
     ap.add_argument("--cc", default="cubic")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--out", default="bench/results/search-rule-ab.jsonl")
+    ap.add_argument("--rules", default="sign-test,precision", help=f"comma-separated, from {', '.join(RULES)}")
     ap.add_argument("--report", action="store_true")
     a = ap.parse_args()
     path = Path(a.out)
@@ -97,7 +103,9 @@ def main() -> int:
     if os.geteuid() != 0:
         sys.exit("run as root")
     seen = {(r["flows"], r["cc"], r["rule_name"], r["run"]) for r in rows}
-    names = list(RULES)
+    names = a.rules.split(",")
+    if unknown := set(names) - set(RULES):
+        sys.exit(f"--rules: unknown {', '.join(sorted(unknown))}")
     for run in range(1, a.runs + 1):
         for n in map(int, a.flows.split(",")):
             for rule in names if run % 2 else names[::-1]:

@@ -100,7 +100,14 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
         help="utilization samples per probe; decisions use the median (default 5, 3 with --precision)",
     )
     p.add_argument("--settle-s", type=float, help="seconds after a buffer change (default: one congestion cycle)")
-    p.add_argument("--sample-s", type=float, help="seconds per sample (default: one congestion cycle, 1 to 30 s)")
+    p.add_argument("--sample-s", type=float, help="seconds per sample (default: see --sample-length)")
+    p.add_argument(
+        "--sample-length",
+        choices=("measured", "model"),
+        default="measured",
+        help="without --sample-s, each sample spans two loss episodes measured on the queue (default), or one"
+        " congestion cycle of the model (the rule before 2026-11-26); both 20 RTTs to 30 s",
+    )
     p.add_argument(
         "--resolution",
         type=float,

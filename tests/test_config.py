@@ -201,21 +201,24 @@ def test_a_sweep_made_before_the_pin_resumes_and_another_shaper_is_refused(tmp_p
 
 
 def test_a_sweep_made_before_precision_existed_resumes_but_not_with_precision_asked(tmp_path):
-    """Sweeps committed before --precision have no precision or level in their search options: they
-    ran the sign test, which is what precision 0 means, so they resume; asking for the precision rule
-    on them is another sweep."""
+    """Sweeps committed before --precision and --sample-length have none of these in their search
+    options: they ran the sign test (what precision 0 means) on the model's sample lengths, so they
+    resume with --sample-length model; asked for another rule, they are another sweep, and the refusal
+    names the option and both values."""
     import json
 
     from bufsize.longlived.sweep import existing_manifest, make_spec
 
-    spec = make_spec("full", None, {}, {})
+    spec = make_spec("full", None, {}, {"sample_length": "model"})
     old = spec.to_dict()
-    old["search"] = {k: v for k, v in old["search"].items() if k not in ("precision", "level")}
+    old["search"] = {k: v for k, v in old["search"].items() if k not in ("precision", "level", "sample_length")}
     (tmp_path / "manifest.json").write_text(json.dumps({"spec": old, "machine": {"shaper": "line"}}))
     assert existing_manifest(tmp_path, spec) is not None
-    precise = make_spec("full", None, {}, {"precision": 0.1})
+    with pytest.raises(UsageError, match="sample_length was 'model', now 'measured'"):
+        existing_manifest(tmp_path, make_spec("full", None, {}, {}))
+    precise = make_spec("full", None, {}, {"precision": 0.1, "sample_length": "model"})
     assert precise.search["precision"] == 0.1 and precise.search["max_samples"] == 0 and precise.search["samples"] == 3
-    with pytest.raises(UsageError, match="different settings.*search"):
+    with pytest.raises(UsageError, match="different settings.*search.*precision was 0.0, now 0.1"):
         existing_manifest(tmp_path, precise)
     # Given explicitly, samples stay as asked; and --max-samples with --precision is refused.
     assert make_spec("full", None, {"samples": 5}, {"precision": 0.1}).search["samples"] == 5

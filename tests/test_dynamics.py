@@ -30,3 +30,40 @@ def test_more_flows_never_need_longer_probes(cc):
 def test_few_reno_flows_sample_for_longer_than_the_2012_search():
     t = auto_timing("reno", 2, 62.5, 87, 300 * FRAME_BYTES)
     assert t.sample_s > 10 and t.settle_s > 10  # the 2012 probes: 3 s settle, 1 s samples
+
+
+def test_loss_episodes_are_rises_of_the_drop_count_after_a_quiet_bin():
+    from bufsize.longlived.dynamics import loss_cycle
+
+    # 100 Hz for 10 s; losses at 1.00-1.05 s (one episode), 4.0 s, and 4.15 s (the same 0.2 s bin run).
+    times = [i / 100 for i in range(1001)]
+    drops, n = [], 0
+    for t in times:
+        n += t in (1.0, 1.02, 1.05, 4.0, 4.15)
+        drops.append(n)
+    c = loss_cycle(times, drops, bin_s=0.2)
+    assert (c.episodes, c.lossy_bins) == (2, 2)
+    assert c.window_s == pytest.approx(10.0) and c.interval_s == pytest.approx(5.0)
+    quiet = loss_cycle(times, [0] * len(times), bin_s=0.2)
+    assert quiet.count == 0 and quiet.interval_s is None
+    # Drops in every bin (51: the last tick opens one): one episode by gaps, but the count follows the bins.
+    dense = loss_cycle(times, list(range(len(times))), bin_s=0.2)
+    assert dense.episodes == 1 and dense.lossy_bins == 51 and dense.interval_s == pytest.approx(10 / 25.5)
+
+
+def test_episode_interval_scales_the_model_to_what_the_trace_saw():
+    from bufsize.longlived.dynamics import LossCycle, episode_interval, measured_sample_s
+
+    def model(b: float) -> float:
+        return b / 10  # seconds: a cycle growing with the buffer
+
+    # At 100 packets the model says 10 s; the trace saw an episode every 5 s there and at 200 packets
+    # (model 20 s) one every 10 s: the trace's scale is half the model's, at every buffer.
+    seen = [(100.0, LossCycle(20.0, 4, 5)), (200.0, LossCycle(30.0, 3, 3))]
+    assert episode_interval(seen, model, 100) == pytest.approx(5.0)
+    assert episode_interval(seen, model, 50) == pytest.approx(2.5)
+    assert episode_interval(seen, model, 50, min_episodes=8) is None  # 7 seen
+    # Two episodes a sample, within 20 RTTs and the cap.
+    assert measured_sample_s(5.0, 0.087, 30.0) == pytest.approx(10.0)
+    assert measured_sample_s(0.3, 0.087, 30.0) == pytest.approx(1.74)
+    assert measured_sample_s(22.0, 0.087, 30.0) == 30.0

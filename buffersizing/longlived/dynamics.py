@@ -9,6 +9,7 @@ utilization is a cycle average rather than a phase of it, and the settle time co
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bufsize.topologies import FRAME_BYTES
@@ -74,3 +75,70 @@ def estimate_search_seconds(
     calibration = t.warmup_s + 10 * max(1.0, rtt_ms / 100) + 3.0
     probes = math.log2(max(2.0, 2 * bdp)) + 3  # bisection plus first guess and re-checks
     return setup + calibration + probes * (settle + samples * sample * 1.3)  # 1.3: some probes are extended
+
+
+# A probe's samples span this many loss episodes of the aggregate (issue 30, item 4). Chosen from
+# the committed queue traces re-cut into samples of other lengths (bench/sample_length_recut.py): at
+# N = 2 one-episode samples are bimodal (a sample holds a loss or not, so their median reads high),
+# two-episode samples were not.
+EPISODES_PER_SAMPLE = 2
+
+
+@dataclass(frozen=True)
+class LossCycle:
+    """Loss episodes at the bottleneck over a stretch of the queue trace at one buffer."""
+
+    window_s: float
+    episodes: int  # rises of the drop count after at least one bin without a drop
+    lossy_bins: int  # bins (of the gap used) that hold a drop
+
+    @property
+    def count(self) -> float:
+        """Episodes, but at least half the lossy bins: where drops fill most bins (many flows) the
+        episodes merge, while the aggregate moves within a few bins (the sample's floor covers it)."""
+        return max(self.episodes, self.lossy_bins / 2)
+
+    @property
+    def interval_s(self) -> float | None:
+        """Mean time between episodes; None without any."""
+        return self.window_s / self.count if self.count else None
+
+    def __add__(self, other: LossCycle) -> LossCycle:
+        return LossCycle(
+            self.window_s + other.window_s, self.episodes + other.episodes, self.lossy_bins + other.lossy_bins
+        )
+
+
+def loss_cycle(times: Sequence[float], drops: Sequence[int], bin_s: float) -> LossCycle:
+    """Episodes in a trace of cumulative drops: a bin of `bin_s` (two RTTs: a flow's loss episode
+    lasts about one) with a drop, after a bin without one, starts an episode."""
+    if len(times) < 2:
+        return LossCycle(0.0, 0, 0)
+    t0 = times[0]
+    bins: dict[int, int] = {}
+    for i in range(1, len(times)):
+        if drops[i] > drops[i - 1]:
+            bins[int((times[i] - t0) / bin_s)] = 1
+    episodes = sum(1 for b in bins if b - 1 not in bins)
+    return LossCycle(times[-1] - t0, episodes, len(bins))
+
+
+def episode_interval(
+    seen: Sequence[tuple[float, LossCycle]],
+    model_cycle: Callable[[float], float],
+    at_packets: float,
+    min_episodes: float = 4,
+) -> float | None:
+    """Time between loss episodes at a buffer of `at_packets`, from the episodes `seen` at every buffer
+    (packets, episodes) so far; None before `min_episodes`. The model's cycle gives how the interval
+    grows with the buffer, the trace its scale: a ratio estimate pooled over all buffers, so a probe at
+    a new buffer needs no episodes of its own."""
+    count = sum(c.count for _, c in seen)
+    if count < min_episodes:
+        return None
+    return sum(c.window_s / model_cycle(b) for b, c in seen) / count * model_cycle(at_packets)
+
+
+def measured_sample_s(interval_s: float, rtt_s: float, max_sample_s: float, min_sample_s: float = 1.0) -> float:
+    """A sample spanning EPISODES_PER_SAMPLE loss episodes, within auto_timing's bounds."""
+    return min(max_sample_s, max(min_sample_s, 20 * rtt_s, EPISODES_PER_SAMPLE * interval_s))

@@ -2,7 +2,7 @@
 
 One experiment: build the dumbbell with a calibration buffer of two bandwidth-delay products, start
 N long-lived flows, measure the reference rate (median of many samples; the link cannot do better
-than this), then run MedianSearch (buffersizing/longlived/search.py) with probes that change the bfifo limit in
+than this), then run MedianSearch (buffersizing/longlived/median_search.py) with probes that change the bfifo limit in
 place, wait a settle time scaled to the congestion-control dynamics, and sample utilization from
 the bottleneck's interface counters. Everything is recorded: every sample of every probe, drops
 everywhere on the path, CPU, and the link's pacing fidelity.
@@ -10,16 +10,26 @@ everywhere on the path, CPU, and the link's pacing fidelity.
 
 from __future__ import annotations
 
+import bisect
 import csv
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from bufsize.experiment import MAX_WAIT_S, MIN_SAMPLE_S, Experiment, Say, check_fidelity_s
-from bufsize.longlived.dynamics import Timing, auto_timing
+from bufsize.longlived.dynamics import (
+    EPISODES_PER_SAMPLE,
+    LossCycle,
+    Timing,
+    auto_timing,
+    cycle_seconds,
+    episode_interval,
+    loss_cycle,
+    measured_sample_s,
+)
 from bufsize.longlived.median_search import MedianSearch, Probe
 from bufsize.longlived.traffic import LongFlows, split_flows
 from bufsize.monitors.cpu import CpuMonitor
@@ -30,12 +40,17 @@ from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.counters import InterfaceCounters
 from bufsize.topologies.dumbbell import Dumbbell
 from bufsize.topologies.errors import RunError, UsageError
+from bufsize.topologies.qdisc_stats import QdiscSample
 from bufsize.topologies.safefiles import atomic_text
 from bufsize.topologies.units import check_number
 
 CALIBRATION_BDPS = 2  # calibration buffer, in bandwidth-delay products
 MIN_REFERENCE = 0.90  # of the nominal rate: below this the emulation cannot carry the configuration
 RELATIVE_TO = ("reference", "nominal")
+# How long a sample is without --sample-s: spanning two loss episodes as the queue trace measures them
+# (issue 30, item 4), or one congestion cycle of the model (the rule of every search before 2026-11-26).
+SAMPLE_LENGTHS = ("measured", "model")
+MIN_EPISODES = 4  # before this many, the model's cycle sets the sample length
 
 
 @dataclass
@@ -47,6 +62,7 @@ class SearchOptions:
     settle_s: float | None = None  # None: scaled to the dynamics at each probe's buffer
     sample_s: float | None = None
     max_sample_s: float = 30.0
+    sample_length: str = "measured"  # SAMPLE_LENGTHS; --sample-s overrides it
     resolution: float = 0.05
     # > samples: the sequential sign test (median_search.sign_test) takes more samples, up to this many
     # per probe, until the verdict is established at `alpha`; 0 keeps a fixed count per probe.
@@ -73,6 +89,8 @@ class SearchOptions:
             check_number("--settle-s", self.settle_s, 0, MAX_WAIT_S)
         if self.sample_s is not None:
             check_number("--sample-s", self.sample_s, MIN_SAMPLE_S, MAX_WAIT_S, lo_inclusive=True)
+        if self.sample_length not in SAMPLE_LENGTHS:
+            raise UsageError(f"--sample-length {self.sample_length}: must be one of {', '.join(SAMPLE_LENGTHS)}")
         check_number("--resolution", self.resolution, 0, 0.5, lo_inclusive=True)
         if self.max_samples and not self.samples < self.max_samples <= 200:
             raise UsageError(f"--max-samples {self.max_samples}: must be 0 (fixed count) or from --samples + 1 to 200")
@@ -97,6 +115,18 @@ def stopping_rule(opts: SearchOptions) -> str:
     if opts.precision:
         return "precision"
     return "sign test" if opts.max_samples > opts.samples else "fixed samples"
+
+
+def sample_rule(opts: SearchOptions) -> str:
+    """How long each sample was, in words, for the run's log and its result."""
+    if opts.sample_s is not None:
+        return f"fixed at {opts.sample_s:g} s (--sample-s)"
+    if opts.sample_length == "model":
+        return "one congestion cycle of the model (dynamics.cycle_seconds)"
+    return (
+        f"{EPISODES_PER_SAMPLE} loss episodes as the queue trace measures them (the model's cycle until "
+        f"{MIN_EPISODES} are seen)"
+    )
 
 
 def default_samples(precision: float) -> int:
@@ -191,6 +221,7 @@ class LinkProber:
         opts: SearchOptions,
         denominator_mbps: float,
         sleep: Callable[[float], None] = time.sleep,
+        queue_trace: Callable[[], Sequence[QdiscSample]] | None = None,
     ) -> None:
         self.net, self.flows, self.opts = net, flows, opts
         self.sleep = sleep  # checks the run's health while waiting (Experiment.sleep)
@@ -198,15 +229,39 @@ class LinkProber:
         self.counters: InterfaceCounters = net.bottleneck.counters()
         self.measurements: list[Measurement] = []
         self.windows: list[tuple[float, float]] = []  # monotonic start, end of each measurement's samples
+        self.queue_trace = queue_trace  # the recorder's samples so far (None: no recorder)
+        self.loss: list[tuple[float, LossCycle]] = []  # (buffer packets, loss episodes) of each sampled window
+
+    def model_cycle(self, buffer_packets: float) -> float:
+        cfg = self.net.cfg
+        rtt_s = max(cfg.rtt_ms) / 1000
+        return cycle_seconds(cfg.cc, self.opts.flows, cfg.bdp_bytes / FRAME_BYTES, buffer_packets, rtt_s)
+
+    def observe(self, buffer_packets: float, t0: float, t1: float) -> None:
+        """Count the loss episodes in the queue trace between monotonic times t0 and t1."""
+        if self.queue_trace is None:
+            return
+        trace = self.queue_trace()
+        times = [q.t for q in trace]
+        sel = trace[bisect.bisect_left(times, t0) : bisect.bisect_right(times, t1)]
+        rtt_s = max(self.net.cfg.rtt_ms) / 1000
+        self.loss.append((buffer_packets, loss_cycle([q.t for q in sel], [q.drops for q in sel], 2 * rtt_s)))
+
+    def episode_interval(self, buffer_packets: float) -> float | None:
+        return episode_interval(self.loss, self.model_cycle, buffer_packets, MIN_EPISODES)
 
     def timing(self, buffer_bytes: float) -> Timing:
         cfg = self.net.cfg
         auto = auto_timing(
             cfg.cc, self.opts.flows, cfg.rate_mbps, max(cfg.rtt_ms), buffer_bytes, max_sample_s=self.opts.max_sample_s
         )
+        sample_s = auto.sample_s
+        interval = self.episode_interval(buffer_bytes / FRAME_BYTES) if self.opts.sample_length == "measured" else None
+        if interval is not None:
+            sample_s = measured_sample_s(interval, max(cfg.rtt_ms) / 1000, self.opts.max_sample_s)
         return Timing(
             self.opts.settle_s if self.opts.settle_s is not None else auto.settle_s,
-            self.opts.sample_s if self.opts.sample_s is not None else auto.sample_s,
+            self.opts.sample_s if self.opts.sample_s is not None else sample_s,
             auto.warmup_s,
         )
 
@@ -228,6 +283,7 @@ class LinkProber:
         t_mono = time.monotonic()
         rates = self.rates(n, timing.sample_s)
         self.windows.append((t_mono, time.monotonic()))
+        self.observe(buffer_bytes / FRAME_BYTES, *self.windows[-1])
         sent = self.counters.read().tx_packets - sent0
         drops = self.net.bottleneck.leaf_drops() - drops0
         share = cpu.stop()
@@ -257,7 +313,9 @@ def calibrate(prober: LinkProber, nominal_mbps: float, samples: int, log: Callab
     sample_s = max(1.0, 10 * rtt_s)  # the queue never empties at 2 BDP: short samples are exact
     tried: list[float] = []
     for attempt in range(3):
+        t0 = time.monotonic()
         rates = prober.rates(samples, sample_s)
+        prober.observe(prober.net.buffer_bytes / FRAME_BYTES, t0, time.monotonic())
         ref = statistics.median(rates)
         tried.append(round(ref, 3))
         log(f"  reference rate {ref:.2f} Mb/s ({ref / nominal_mbps:.1%} of {nominal_mbps:g}) from {samples} samples")
@@ -270,6 +328,16 @@ def calibrate(prober: LinkProber, nominal_mbps: float, samples: int, log: Callab
         f"(medians {', '.join(map(str, tried))} Mb/s): the machine cannot emulate this configuration faithfully; "
         "try a lower --rate-mbps, fewer flows, or check `bufsize doctor` and the CPU load"
     )
+
+
+def loss_summary(prober: LinkProber, answer_packets: int) -> dict:
+    """The loss episodes the samples saw, and the interval between them the trace gives at the answer."""
+    interval = episode_interval(prober.loss, prober.model_cycle, answer_packets, min_episodes=1)
+    return {
+        "seen": round(sum(c.count for _, c in prober.loss), 1),
+        "seconds_traced": round(sum(c.window_s for _, c in prober.loss), 1),
+        "interval_s_at_answer": round(interval, 3) if interval is not None else None,
+    }
 
 
 def write_samples_csv(path: Path, measurements: list[Measurement]) -> None:
@@ -303,7 +371,9 @@ def run_search(
     with ex:
         assert ex.net is not None
         flows = ex.start_flows(opts.flows, opts.tool)
-        prober = LinkProber(ex.net, flows, opts, cfg.rate_mbps, ex.sleep)
+        trace = (lambda: ex.recorder.rec.queue) if ex.recorder else None
+        prober = LinkProber(ex.net, flows, opts, cfg.rate_mbps, ex.sleep, trace)
+        say(f"  samples: {sample_rule(opts)}")
         ex.write_partial = lambda d: write_samples_csv(d / "samples.csv", prober.measurements)
         cal_rates: list[float] = []
         search: MedianSearch | None = None
@@ -373,6 +443,8 @@ def run_search(
         "note": res.note,
         "uncertain_interval_packets": list(res.uncertain_interval_packets or ()),
         "stopping_rule": stopping_rule(opts),
+        "sample_rule": sample_rule(opts),
+        "loss_episodes": loss_summary(prober, answer),
         "crossing": res.crossing.to_dict() if res.crossing else None,
         "calibration_rates_mbps": [round(r, 3) for r in cal_rates],
         "cpu": {

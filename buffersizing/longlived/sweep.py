@@ -99,6 +99,7 @@ SEARCH_DEFAULTS = {
     "samples": 5,
     "settle_s": None,
     "sample_s": None,
+    "sample_length": "measured",
     "resolution": 0.05,
     "max_samples": 0,
     "alpha": 0.05,
@@ -168,7 +169,7 @@ def spec_from_args(a: argparse.Namespace) -> SweepSpec:
         "max_samples": a.max_samples,
     }
     search = {"target": a.target, "relative_to": a.relative_to, "settle_s": a.settle_s, "sample_s": a.sample_s,
-              "alpha": a.alpha, "precision": a.precision, "level": a.level,
+              "sample_length": a.sample_length, "alpha": a.alpha, "precision": a.precision, "level": a.level,
               "max_buffer_packets": a.max_buffer_packets, "first_guess": not a.no_first_guess,
               "tool": a.tool, "fidelity_s": a.fidelity_s}  # fmt: skip
     return make_spec(a.preset, flows, overrides, search)
@@ -227,12 +228,18 @@ def existing_manifest(out: Path, spec: SweepSpec) -> dict | None:
         old["shaper"] = spec.shaper  # made before sweeps pinned auto, and auto ran this shaper then
     if isinstance(old.get("search"), dict):
         # Search options added since the sweep was made: it ran with their defaults (--precision off).
-        old["search"] = {k: v for k, v in SEARCH_DEFAULTS.items() if k not in old["search"]} | old["search"]
+        # Samples were the model's cycle long before --sample-length existed.
+        made_before = SEARCH_DEFAULTS | {"sample_length": "model"}
+        old["search"] = {k: v for k, v in made_before.items() if k not in old["search"]} | old["search"]
     if old != spec.to_dict():
-        diff = sorted(k for k in set(old) | set(spec.to_dict()) if old.get(k) != spec.to_dict().get(k))
+        now = spec.to_dict()
+        diff = sorted(k for k in set(old) | set(now) if old.get(k) != now.get(k))
+        search = old.get("search") if isinstance(old.get("search"), dict) else {}
+        detail = [f"{k} was {search.get(k)!r}, now {v!r}" for k, v in now["search"].items() if search.get(k) != v]
         raise UsageError(
-            f"{out} holds a sweep with different settings ({', '.join(diff)}); "
-            "re-run the same command to resume it, or choose another --out"
+            f"{out} holds a sweep with different settings ({', '.join(diff)}"
+            + (f": {'; '.join(detail)}" if "search" in diff and detail else "")
+            + "); re-run the same command to resume it, or choose another --out"
         )
     return manifest
 

@@ -115,6 +115,7 @@ def sweep_argv(spec: SweepSpec) -> list[str]:
             argv += [opt, repr(s[key])]
     argv += ["--resolution", repr(s["resolution"]), "--max-samples", str(s["max_samples"]), "--alpha", repr(s["alpha"])]
     argv += ["--precision", repr(s["precision"]), "--level", repr(s["level"])]
+    argv += ["--sample-length", s["sample_length"]]
     if not s["first_guess"]:
         argv.append("--no-first-guess")
     argv += ["--tool", s["tool"], "--fidelity-s", repr(s["fidelity_s"])]
