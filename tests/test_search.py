@@ -419,3 +419,19 @@ def test_the_result_names_the_rule_that_decided_when_to_stop() -> None:
     assert stopping_rule(SearchOptions(flows=10, samples=3)) == "fixed samples"  # the quick preset
     assert stopping_rule(SearchOptions(flows=10, samples=5, max_samples=20)) == "sign test"  # full, theory
     assert stopping_rule(SearchOptions(flows=10, samples=3, precision=0.1)) == "precision"
+
+
+def test_calibration_stops_at_half_its_samples_only_when_they_agree() -> None:
+    from types import SimpleNamespace
+
+    from bufsize.longlived.search import calibrate
+
+    def prober(values: list[float]) -> SimpleNamespace:
+        it = iter(values)
+        net = SimpleNamespace(cfg=SimpleNamespace(rtt_ms=[87.0]), buffer_bytes=898 * FRAME_BYTES)
+        return SimpleNamespace(net=net, rates=lambda n, s: [next(it) for _ in range(n)], observe=lambda *a: None)
+
+    agree = [62.50, 62.49, 62.50, 62.51, 62.50] + [1.0] * 5  # the rest would drag the median down
+    assert calibrate(prober(agree), 62.5, 10, lambda _: None) == agree[:5]
+    differ = [62.50, 62.0, 62.5, 62.5, 62.5, 62.4, 62.5, 62.5, 62.5, 62.5]  # 0.8 % apart: take all ten
+    assert calibrate(prober(differ), 62.5, 10, lambda _: None) == differ
