@@ -4,9 +4,11 @@ Every search records the bottleneck at 100 Hz (bytes sent, drops, buffer limit: 
 re-cuts each buffer's stretch of trace (after its settle) into back-to-back samples of other lengths
 and reports, per search and pooled over the buffers within 0.7-1.4 x its answer:
 - the loss-episode interval the toolkit measures (dynamics.loss_cycle, bins of two RTTs);
-- for each sample length (the one the search used, and 1, 2, 3 episode intervals): the within-buffer
-  SD of one sample's utilization, and how far the median of a buffer's samples sits above their mean
-  (a median above the mean reads a buffer as better than it is: the bias of bimodal samples).
+- for each sample length (the one the search used, and 1, 2, 3 episode intervals, at least 20 RTTs
+  and here not capped at 30 s): the within-buffer SD of one sample's utilization; how far the median
+  of a buffer's samples sits above their mean (a median above the mean reads a buffer as better than
+  it is: the bias of bimodal samples); and SD^2 x length (x 1e5), what a second of sampling is worth
+  (lower is better; independent samples keep it constant whatever their length).
 Utilization here is against the nominal rate. No traffic: it reads files.
 
     .venv/bin/python bench/sample_length_recut.py results/full/2026-11-25 > bench/results/sample-length.md
@@ -80,8 +82,11 @@ def analyse(point: Path) -> dict | None:
                 sds.append(statistics.stdev(us))
                 bias.append(statistics.median(us) - statistics.fmean(us))
                 n += len(us)
-        row[name] = {"length_s": round(length, 2), "samples": n,
-                     "sd": statistics.median(sds) if sds else None,
+        sd = statistics.median(sds) if sds else None
+        row[name] = {"length_s": round(length, 2), "samples": n, "sd": sd,
+                     # what one second of sampling is worth: lower is better (independent samples keep
+                     # it constant as the length changes)
+                     "var_x_s": sd * sd * length * 1e5 if sd is not None else None,
                      "median_minus_mean": statistics.median(bias) if bias else None}  # fmt: skip
     return row
 
@@ -98,10 +103,11 @@ def main() -> None:
                 if r:
                     rows.append((str(point), r))
     print("| point | N | answer | sample used (s) | episode interval (s) | episodes / lossy bins |"
-          " SD used | SD 1x | SD 2x | SD 3x | median-mean used | 1x | 2x | 3x |")  # fmt: skip
-    print("| --- " * 14 + "|")
+          " SD used | SD 1x | SD 2x | SD 3x | median-mean used | 1x | 2x | 3x |"
+          " var x s used | 1x | 2x | 3x |")  # fmt: skip
+    print("| --- " * 18 + "|")
     for p, r in rows:
-        cols = [cell(r, k, "sd") for k in LENGTHS] + [cell(r, k, "median_minus_mean") for k in LENGTHS]
+        cols = [cell(r, k, what) for what in ("sd", "median_minus_mean", "var_x_s") for k in LENGTHS]
         print(f"| {p} | {r['flows']} | {r['answer']} | {r['used_s']:.2f} | {r['interval_s']:.2f} | "
               f"{r['episodes']} / {r['lossy_bins']} | " + " | ".join(cols) + " |")  # fmt: skip
     lengths = [f"N={r['flows']} " + "/".join(str(r[k]["length_s"]) for k in LENGTHS[1:]) for _, r in rows]
@@ -113,7 +119,9 @@ LENGTHS = ("used", "1x", "2x", "3x")
 
 def cell(row: dict, length: str, what: str) -> str:
     v = row[length][what]
-    return "-" if v is None else f"{v:+.4f}" if what == "median_minus_mean" else f"{v:.4f}"
+    if v is None:
+        return "-"
+    return {"median_minus_mean": f"{v:+.4f}", "var_x_s": f"{v:.1f}"}.get(what, f"{v:.4f}")
 
 
 if __name__ == "__main__":

@@ -78,9 +78,9 @@ def estimate_search_seconds(
 
 
 # A probe's samples span this many loss episodes of the aggregate (issue 30, item 4). Chosen from
-# the committed queue traces re-cut into samples of other lengths (bench/sample_length_recut.py): at
-# N = 2 one-episode samples are bimodal (a sample holds a loss or not, so their median reads high),
-# two-episode samples were not.
+# the committed queue traces re-cut into samples of other lengths (bench/results/sample-length.md): at
+# N = 2 a one-episode sample holds a loss dip or not, and a second of two-episode samples was worth 1.5
+# times as much. Three were a little better again, within the spread, and untried on the real link.
 EPISODES_PER_SAMPLE = 2
 
 
