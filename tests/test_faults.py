@@ -124,7 +124,9 @@ def assert_failed_cleanly(run: Run, out: Path, needle: str) -> dict:
     assert not (out / "result.json").exists()
     partial = err["partial"]
     assert len(partial["probes"]) >= 1 and len(partial["measurements"]) >= 1, partial
-    assert len(partial["calibration_rates_mbps"]) >= 10
+    # Ten calibration samples, or five that agree within 0.2 % (search.CALIBRATION_AGREE).
+    cal = partial["calibration_rates_mbps"]
+    assert len(cal) >= 10 or (len(cal) == 5 and max(cal) - min(cal) <= 0.002 * sorted(cal)[2]), cal
     assert "leftovers_of_dead_runs" in err
     # The monitors' data up to the fault, and every sample taken.
     for name in ("queue.csv", "rate.csv", "cpu.csv"):
