@@ -84,7 +84,7 @@ def cmd_search(a: argparse.Namespace) -> int:
     samples = a.samples if a.samples is not None else default_samples(a.precision)
     opts = SearchOptions(a.flows, a.target, a.relative_to, samples, a.settle_s, a.sample_s,
                          resolution=a.resolution, max_samples=a.max_samples, alpha=a.alpha,
-                         precision=a.precision, level=a.level, sample_length=a.sample_length,
+                         precision=a.precision, level=a.level, sample_length=a.sample_length or "measured",
                          max_buffer_packets=a.max_buffer_packets, first_guess=not a.no_first_guess, tool=a.tool,
                          fidelity_s=a.fidelity_s)  # fmt: skip
     opts.validate(cfg)

@@ -104,9 +104,8 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--sample-length",
         choices=("measured", "model"),
-        default="measured",
         help="without --sample-s, each sample spans two loss episodes measured on the queue (default), or one"
-        " congestion cycle of the model (the rule before 2026-11-26); both 20 RTTs to 30 s",
+        " congestion cycle of the model (the rule before 2026-11-26, which the presets keep); 20 RTTs to 30 s",
     )
     p.add_argument(
         "--resolution",

@@ -9,11 +9,13 @@ The thread measures its own CPU time, so every run reports what monitoring cost.
 
 from __future__ import annotations
 
+import bisect
 import csv
 import math
 import statistics
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -157,9 +159,16 @@ def _pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(p * len(xs)))]
 
 
-def queue_stats(samples: list[QdiscSample], t0: float = -math.inf, t1: float = math.inf) -> dict:
+def window(samples: Sequence[QdiscSample], t0: float = -math.inf, t1: float = math.inf) -> Sequence[QdiscSample]:
+    """The samples between two monotonic times (the recorder appends them in time order)."""
+    return samples[
+        bisect.bisect_left(samples, t0, key=lambda s: s.t) : bisect.bisect_right(samples, t1, key=lambda s: s.t)
+    ]
+
+
+def queue_stats(samples: Sequence[QdiscSample], t0: float = -math.inf, t1: float = math.inf) -> dict:
     """Backlog statistics (packets of the leaf) between two monotonic times."""
-    sel = [s for s in samples if t0 <= s.t <= t1]
+    sel = window(samples, t0, t1)
     if not sel:
         return {"samples": 0}
     pk = [s.qlen for s in sel]

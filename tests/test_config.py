@@ -202,21 +202,23 @@ def test_a_sweep_made_before_the_pin_resumes_and_another_shaper_is_refused(tmp_p
 
 def test_a_sweep_made_before_precision_existed_resumes_but_not_with_precision_asked(tmp_path):
     """Sweeps committed before --precision and --sample-length have none of these in their search
-    options: they ran the sign test (what precision 0 means) on the model's sample lengths, so they
-    resume with --sample-length model; asked for another rule, they are another sweep, and the refusal
-    names the option and both values."""
+    options: they ran the sign test (what precision 0 means) on the model's sample lengths, which the
+    presets keep, so the same command resumes them; asked for another rule, they are another sweep,
+    and the refusal names the option and both values."""
     import json
 
     from bufsize.longlived.sweep import existing_manifest, make_spec
 
-    spec = make_spec("full", None, {}, {"sample_length": "model"})
+    spec = make_spec("full", None, {}, {})
+    assert spec.search["sample_length"] == "model"  # pinned by the preset
+    assert make_spec(None, [2, 10], {}, {}).search["sample_length"] == "measured"  # the default without one
     old = spec.to_dict()
     old["search"] = {k: v for k, v in old["search"].items() if k not in ("precision", "level", "sample_length")}
     (tmp_path / "manifest.json").write_text(json.dumps({"spec": old, "machine": {"shaper": "line"}}))
     assert existing_manifest(tmp_path, spec) is not None
     with pytest.raises(UsageError, match="sample_length was 'model', now 'measured'"):
-        existing_manifest(tmp_path, make_spec("full", None, {}, {}))
-    precise = make_spec("full", None, {}, {"precision": 0.1, "sample_length": "model"})
+        existing_manifest(tmp_path, make_spec("full", None, {"sample_length": "measured"}, {}))
+    precise = make_spec("full", None, {}, {"precision": 0.1})
     assert precise.search["precision"] == 0.1 and precise.search["max_samples"] == 0 and precise.search["samples"] == 3
     with pytest.raises(UsageError, match="different settings.*search.*precision was 0.0, now 0.1"):
         existing_manifest(tmp_path, precise)

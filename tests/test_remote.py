@@ -80,7 +80,7 @@ def test_a_machine_given_twice_is_refused():
     [
         SPEC_ARGS,
         ["--preset", "quick", "--runs", "3"],
-        ["--preset", "full", "--precision", "0.1", "--level", "0.95", "--sample-length", "model"],
+        ["--preset", "full", "--precision", "0.1", "--level", "0.95", "--sample-length", "measured"],
         [
             "--preset",
             "full",

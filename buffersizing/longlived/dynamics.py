@@ -115,10 +115,7 @@ def loss_cycle(times: Sequence[float], drops: Sequence[int], bin_s: float) -> Lo
     if len(times) < 2:
         return LossCycle(0.0, 0, 0)
     t0 = times[0]
-    bins: dict[int, int] = {}
-    for i in range(1, len(times)):
-        if drops[i] > drops[i - 1]:
-            bins[int((times[i] - t0) / bin_s)] = 1
+    bins = {int((times[i] - t0) / bin_s) for i in range(1, len(times)) if drops[i] > drops[i - 1]}
     episodes = sum(1 for b in bins if b - 1 not in bins)
     return LossCycle(times[-1] - t0, episodes, len(bins))
 

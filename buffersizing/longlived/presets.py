@@ -40,12 +40,16 @@ def hardware_cc() -> str:
 # The shaper every preset was validated with, pinned so that a preset answers with the same method
 # on every machine (a cloud VM's netem kernel included): the line (topologies/config.py says why).
 PRESET_SHAPER = "line"
+# Likewise the sample length: every committed preset sweep sampled one congestion cycle of the model,
+# so a preset keeps that rule (and its committed sweeps resume) until they are re-run with measured
+# samples (issue 30; bench/results/sample-length.md).
+PRESET_SAMPLE_LENGTH = "model"
 
 
 def preset(name: str) -> dict:
     """Sweep settings a preset fixes; anything given on the command line overrides them."""
     base = {"rate_mbps": PAPER_RATE_MBPS, "rtt_ms": PAPER_RTT_MS, "max_hosts": PRESET_MAX_HOSTS,
-            "shaper": PRESET_SHAPER}  # fmt: skip
+            "shaper": PRESET_SHAPER, "sample_length": PRESET_SAMPLE_LENGTH}  # fmt: skip
     if name == "quick":
         # About 20 minutes here: one run of five N, three samples per probe, 10 % resolution.
         return base | {"flows": [2, 10, 50, 200, 800], "runs": 1, "cc": hardware_cc(), "samples": 3, "resolution": 0.1}

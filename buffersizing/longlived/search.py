@@ -10,7 +10,6 @@ everywhere on the path, CPU, and the link's pacing fidelity.
 
 from __future__ import annotations
 
-import bisect
 import csv
 import math
 import statistics
@@ -34,7 +33,7 @@ from bufsize.longlived.median_search import MedianSearch, Probe
 from bufsize.longlived.traffic import LongFlows, split_flows
 from bufsize.monitors.cpu import CpuMonitor
 from bufsize.monitors.rate import sample_rates
-from bufsize.monitors.recorder import queue_stats
+from bufsize.monitors.recorder import queue_stats, window
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.counters import InterfaceCounters
@@ -244,9 +243,7 @@ class LinkProber:
         """Count the loss episodes in the queue trace between monotonic times t0 and t1."""
         if self.queue_trace is None:
             return
-        trace = self.queue_trace()
-        times = [q.t for q in trace]
-        sel = trace[bisect.bisect_left(times, t0) : bisect.bisect_right(times, t1)]
+        sel = window(self.queue_trace(), t0, t1)
         rtt_s = max(self.net.cfg.rtt_ms) / 1000
         self.loss.append((buffer_packets, loss_cycle([q.t for q in sel], [q.drops for q in sel], 2 * rtt_s)))
 

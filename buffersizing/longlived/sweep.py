@@ -125,7 +125,7 @@ def make_spec(preset_name: str | None, flows: list[int] | None, overrides: dict,
     if flows is None:
         raise UsageError("give --flows (for example 2,10,50,200,800) or a --preset")
     search_opts = SEARCH_DEFAULTS | {k: v for k, v in search.items() if v is not None}
-    search_opts |= {k: pick(k, SEARCH_DEFAULTS[k]) for k in ("samples", "resolution", "max_samples")}
+    search_opts |= {k: pick(k, SEARCH_DEFAULTS[k]) for k in ("samples", "resolution", "max_samples", "sample_length")}
     if search_opts["precision"]:
         # The precision rule replaces a preset's sequential test, and was tuned with 3 samples a probe.
         if overrides.get("max_samples") is None:
@@ -167,9 +167,10 @@ def spec_from_args(a: argparse.Namespace) -> SweepSpec:
         "samples": a.samples,
         "resolution": a.resolution,
         "max_samples": a.max_samples,
+        "sample_length": a.sample_length,
     }
     search = {"target": a.target, "relative_to": a.relative_to, "settle_s": a.settle_s, "sample_s": a.sample_s,
-              "sample_length": a.sample_length, "alpha": a.alpha, "precision": a.precision, "level": a.level,
+              "alpha": a.alpha, "precision": a.precision, "level": a.level,
               "max_buffer_packets": a.max_buffer_packets, "first_guess": not a.no_first_guess,
               "tool": a.tool, "fidelity_s": a.fidelity_s}  # fmt: skip
     return make_spec(a.preset, flows, overrides, search)
