@@ -11,20 +11,48 @@ counts with the settle and sample lengths the toolkit uses at that N (dynamics.a
 left out, and real samples may be noisier than the models.
 
     .venv/bin/python bench/search_rule_offline.py --seeds 30 > bench/results/search-rule-offline.md
+
+With --noise committed the N = 2 to 400 models draw each sample's noise from the committed full
+sweep's own samples (each less its measurement's median, that median itself left out), tail and all.
+--noise-estimate rms runs the precision rule with the noise estimate it had before the trimmed one.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import csv
 import statistics
 import time
+from dataclasses import replace
+from pathlib import Path
 
+from bufsize.longlived import crossing
 from bufsize.longlived.dynamics import auto_timing
 from bufsize.longlived.median_search import MedianSearch
 from bufsize.longlived.simlink import MODELS, LinkModel, SimLink
 from bufsize.topologies import FRAME_BYTES
 
 FLOWS = {"n2": 2, "n10": 10, "n100": 100, "n400": 400, "flat": 10}
+COMMITTED = Path(__file__).resolve().parent.parent / "results" / "full" / "2026-11-25"
+
+
+def committed_residuals(flows: int) -> tuple[float, ...]:
+    """Every committed sample at `flows` less its measurement's median, without the median itself."""
+    out: list[float] = []
+    for f in sorted(COMMITTED.glob(f"n{flows:04d}-run*/samples.csv")):
+        groups: dict[str, list[float]] = collections.defaultdict(list)
+        with f.open() as fh:
+            for row in csv.DictReader(fh):
+                groups[row["measurement"]].append(float(row["util"]))
+        for g in groups.values():
+            if len(g) >= 3:
+                m = statistics.median(g)
+                rest = sorted(g)
+                if len(g) % 2:
+                    rest.pop(len(g) // 2)
+                out += [v - m for v in rest]
+    return tuple(out)
 
 
 def sign_test(model: LinkModel, link: SimLink) -> MedianSearch:
@@ -49,14 +77,27 @@ def med_range(xs: list[float], fmt: str = "{:.0f}") -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=30)
+    ap.add_argument("--noise", choices=("model", "committed"), default="model")
+    ap.add_argument(
+        "--noise-estimate",
+        choices=("trimmed", "rms"),
+        default="trimmed",
+        help="the precision rule's estimate of one sample's noise (rms: the one before 2026-11-26 late)",
+    )
+    ap.add_argument("--rules", default=",".join(RULES), help=f"comma-separated, from {', '.join(RULES)}")
     a = ap.parse_args()
+    crossing.NOISE_ESTIMATE = crossing.robust_sd if a.noise_estimate == "trimmed" else crossing.rms_sd
+    rules = {k: RULES[k] for k in a.rules.split(",")}
+    models = dict(MODELS)
+    if a.noise == "committed":
+        models = {k: replace(m, residuals=committed_residuals(FLOWS[k])) for k, m in MODELS.items() if k != "flat"}
     t0 = time.monotonic()
     print("| model | rule | answer (true) | CV | interval holds the truth | converged | samples | settles | "
           "predicted wall per search (s) |")  # fmt: skip
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for name, model in MODELS.items():
+    for name, model in models.items():
         timing = auto_timing("cubic", FLOWS[name], 62.5, 87.0, model.crossing * FRAME_BYTES)
-        for rule, make in RULES.items():
+        for rule, make in rules.items():
             answers, samples, settles, walls, covered, converged = [], [], [], [], 0, 0
             for seed in range(a.seeds):
                 link = SimLink(model, seed)

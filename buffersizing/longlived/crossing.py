@@ -9,11 +9,16 @@ medians, weighted by how many samples each has, so one wild sample (a flow resta
 more than it moves the median-filtered search.
 
 The interval comes from the line's standard errors, with the noise of one sample estimated from
-all samples near the crossing pooled (their spread around their own buffer's mean): a bootstrap of
-three samples per buffer, tried first, covered the true crossing in only half the simulated
-searches (bench/search_rule_offline.py). A line whose rise is not clear of its own error (a flat,
-noisy stretch) bounds nothing: the interval is then 0..infinity, so such a curve never reads as
-precise.
+all samples near the crossing pooled (the differences between samples at the same buffer): a
+bootstrap of three samples per buffer, tried first, covered the true crossing in only half the
+simulated searches (bench/search_rule_offline.py). The estimate leaves out the largest tenth of
+those differences because the samples' tail is heavy and one-sided: a sample taken while a flow sat
+in a timeout reads 3-12 points low (the committed N = 10 samples: standard deviation 0.011, 0.007
+from their quartiles), and such a sample barely moves a median, so it should not widen the interval
+of a fit to medians either.
+
+A line whose rise is not clear of its own error (a flat, noisy stretch) bounds nothing: the
+interval is then 0..infinity, so such a curve never reads as precise.
 """
 
 from __future__ import annotations
@@ -31,6 +36,18 @@ WINDOW = 1.5
 MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)
 # Pooled degrees of freedom below which the noise estimate means little: no interval yet.
 MIN_DOF = 6
+# The noise estimate drops this share of the largest differences between samples at one buffer.
+# Against the committed samples' own noise (bench/search_rule_offline.py --noise committed, 200
+# seeds) the full root mean square left 30 % of N = 10 searches unconverged at their budget, a median
+# of the differences (no tail at all) let the 90 % interval hold the truth in only 82-85 % at N = 10
+# and 400, and dropping the largest 10 % held it in 87-89 % with 9 % unconverged.
+TRIM = 0.10
+_EDGE = statistics.NormalDist().inv_cdf(1 - TRIM / 2)
+# E[Z^2 | |Z| < edge] for a standard normal Z: what the trimmed mean square of x - y (variance 2 sd^2)
+# is short of 2 sd^2, so the estimate is unbiased for normal samples.
+_TRIMMED_SHARE = 1 - 2 * _EDGE * statistics.NormalDist().pdf(_EDGE) / (1 - TRIM)
+# A trimmed estimate is worth about this share of the degrees of freedom in the t quantile.
+PAIR_EFFICIENCY = 0.9
 
 
 @dataclass(frozen=True)
@@ -40,7 +57,7 @@ class Crossing:
     high: float
     level: float
     slope: float  # utilization per unit of ln(buffer)
-    noise: float  # the pooled standard deviation of one sample
+    noise: float  # the standard deviation of one sample, pooled over the fit's buffers (robust_sd)
     buffers: tuple[int, ...]  # the buffers the fit used
     bracket: tuple[int, int]  # the failing and the passing buffer next to the crossing (pooled medians)
 
@@ -80,11 +97,28 @@ def bracket(medians: dict[int, float], target: float) -> tuple[int, int] | None:
     return None
 
 
-def pooled_sd(groups: list[list[float]]) -> tuple[float, int]:
-    """Standard deviation of one sample around its own buffer's mean, pooled; and its degrees of freedom."""
+def rms_sd(groups: list[list[float]]) -> tuple[float, int]:
+    """The plain pooled standard deviation around each buffer's mean (the estimate before robust_sd;
+    bench/search_rule_offline.py --noise-estimate rms compares the two)."""
     ss = sum(sum((v - statistics.fmean(g)) ** 2 for v in g) for g in groups if len(g) > 1)
     dof = sum(len(g) - 1 for g in groups if len(g) > 1)
     return (math.sqrt(ss / dof) if dof else math.inf), dof
+
+
+def robust_sd(groups: list[list[float]]) -> tuple[float, int]:
+    """Standard deviation of one sample from the differences x - y over all pairs of samples at the
+    same buffer (a difference does not depend on the buffer's level), the largest TRIM of them left
+    out; and its degrees of freedom (samples less one per buffer). A sample far out in the tail enters
+    only its own buffer's pairs, which are the ones left out."""
+    diffs = sorted(abs(g[i] - g[j]) for g in groups for i in range(len(g)) for j in range(i))
+    dof = sum(len(g) - 1 for g in groups if len(g) > 1)
+    if not diffs:
+        return math.inf, dof
+    kept = diffs[: max(1, math.ceil(len(diffs) * (1 - TRIM)))]
+    return math.sqrt(sum(d * d for d in kept) / len(kept) / (2 * _TRIMMED_SHARE)), dof
+
+
+NOISE_ESTIMATE = robust_sd
 
 
 def window(medians: dict[int, float], center: float, br: tuple[int, int], target: float) -> list[int]:
@@ -112,23 +146,28 @@ def estimate(samples: dict[int, list[float]], target: float, level: float = 0.9)
         x = fit[0] if fit is not None else math.log(center)
         # No extrapolation: the crossing lies within the bracket the medians show.
         center = math.exp(min(max(x, math.log(br[0])), math.log(br[1])))
-    noise, dof = pooled_sd([samples[b] for b in used])
+    noise, dof = NOISE_ESTIMATE([samples[b] for b in used])
     low, high = 0.0, math.inf
     slope = fit[1] if fit is not None else 0.0
     if fit is not None and dof >= MIN_DOF:
         _, slope, xbar, weight, ybar, sxx = fit
         var_median = (MEDIAN_EFFICIENCY * noise) ** 2  # of the median of one sample; of n: / n
         vy, vs = var_median / weight, var_median / sxx
-        t = t_quantile(0.5 + level / 2, dof)
+        t = t_quantile(0.5 + level / 2, max(MIN_DOF, round(PAIR_EFFICIENCY * dof)))
         # Fieller's interval for the ratio (target - ybar) / slope: it widens without bound as the
         # slope's own error approaches the slope, where a plain standard error would not.
         a = slope**2 - t**2 * vs
         if a > 0:
             dy = target - ybar
             root = t * math.sqrt(a * vy + vs * dy**2)
-            low = math.exp(xbar + (slope * dy - root) / a)
-            high = math.exp(xbar + (slope * dy + root) / a)
+            low = _exp(xbar + (slope * dy - root) / a)
+            high = _exp(xbar + (slope * dy + root) / a)
     return Crossing(center, low, high, level, slope, noise, tuple(used), br)
+
+
+def _exp(x: float) -> float:
+    """exp, but infinite past float's range: a slope barely clear of its error puts an end there."""
+    return math.exp(x) if x < 700 else math.inf
 
 
 Fit = tuple[float, float, float, float, float, float]

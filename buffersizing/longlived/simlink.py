@@ -27,6 +27,9 @@ class LinkModel:
     hi_packets: int = 898  # the search's top (2 BDP at 62.5 Mb/s, 87 ms)
     first_guess: int | None = None  # RTT*C/sqrt(N)
     target: float = 0.99
+    # Sample noise drawn from these (utilization less its measurement's median), in place of `noise`
+    # and the outliers: the committed samples' own heavy, one-sided tail.
+    residuals: tuple[float, ...] = ()
 
 
 # The four regimes of the committed cubic searches, and a curve flatter than its noise.
@@ -66,8 +69,11 @@ class SimLink:
         out = []
         for _ in range(n):
             self.samples += 1
-            v = self.utilization(packets) + self.rng.gauss(0, self.model.noise)
             m = self.model
+            if m.residuals:
+                out.append(self.utilization(packets) + self.rng.choice(m.residuals))
+                continue
+            v = self.utilization(packets) + self.rng.gauss(0, m.noise)
             if m.outlier_every and self.rng.random() < 1 / m.outlier_every:
                 v -= m.outlier_drop
             out.append(v)
