@@ -129,7 +129,9 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--level", type=float, default=0.9, help="confidence of --precision's interval (default 0.9)")
     p.add_argument("--max-buffer-packets", type=int, help="top of the search (default: the 2-BDP calibration buffer)")
-    p.add_argument("--no-first-guess", action="store_true", help="do not probe RTT*C/sqrt(N) first")
+    p.add_argument(
+        "--no-first-guess", action="store_true", help="do not probe the cc's rule (in a sweep: earlier answers) first"
+    )
     add_tool_arg(p)
     p.add_argument("--fidelity-s", type=float, default=2.0, help="seconds of pacing trace at calibration (0: skip)")
 

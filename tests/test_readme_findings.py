@@ -81,3 +81,15 @@ def test_readme_five_search_table_matches_committed_results() -> None:
         assert sorted(_answers(answers)) == sorted(ours), (cc, n, answers, ours)
         assert float(median) == statistics.median(ours), (cc, n, median)
         assert span == f"{min(ours)}..{max(ours)}", (cc, n, span)
+
+
+def test_readme_ratios_to_the_rules_match_the_full_sweep() -> None:
+    """README's "0.24 to 0.44 x RTT*C/sqrt(N), and 0.51 to 0.92 x the same rule redone for cubic's"
+    are the committed full sweep's smallest and largest ratios of its medians to each rule."""
+    text = " ".join((REPO / "README.md").read_text().split())
+    m = re.search(r"that is ([\d.]+) to ([\d.]+) x RTT\*C/sqrt\(N\), and ([\d.]+) to ([\d.]+) x the same rule", text)
+    assert m, "README no longer states the full sweep's ratios to the rules"
+    rows = summary_rows(load_results(REPO / "results" / "full" / "2026-11-25"))
+    theory = [r["ratio_to_theory"] for r in rows]
+    cubic = [r["ratio_to_cc_rule"] for r in rows]
+    assert [float(x) for x in m.groups()] == [min(theory), max(theory), min(cubic), max(cubic)]

@@ -59,6 +59,7 @@ def test_short_search_result_is_consistent_with_its_probes(no_leftovers, tmp_pat
         lo = max(failing_below)
         assert answer - lo <= max(1, 0.2 * answer), (lo, answer)
     assert probes[0]["buffer_packets"] == round(r["theory_sqrt_n_packets"])  # first guess at RTT*C/sqrt(N)
+    assert r["first_guess"] == {"packets": probes[0]["buffer_packets"], "from": "the reno rule, 1.00 x RTT*C/sqrt(N)"}
 
     # Every sample is recorded, with utilization relative to the reference rate.
     ms = r["measurements"]
@@ -120,7 +121,15 @@ def test_killed_sweep_resumes_without_redoing_finished_points(no_leftovers, tmp_
     assert "1 of 2 points already finished" in again.stderr
     assert "N=4 run 1" not in again.stderr.split("already finished", 1)[1]
     assert first.read_bytes() == kept
-    assert json.loads((out / "n0008-run1" / "result.json").read_text())["flows"] == 8
+    second = json.loads((out / "n0008-run1" / "result.json").read_text())
+    assert second["flows"] == 8
+    # The resumed point's first probe comes from the finished one's answer, where that converged.
+    n4 = json.loads(kept)
+    if n4["flags"]["converged"]:
+        assert second["first_guess"]["from"] == "this sweep's answer at N=4 x sqrt(4/8)", second["first_guess"]
+        assert second["first_guess"]["packets"] == max(1, round(n4["buffer_packets"] * 0.5**0.5))
+    else:
+        assert second["first_guess"]["from"].startswith("the reno rule")
     for name in ("manifest.json", "figure.png", "figure.pdf", "table.md", "table.csv"):
         assert (out / name).exists(), name
     manifest = json.loads((out / "manifest.json").read_text())

@@ -12,6 +12,7 @@ import statistics
 from pathlib import Path
 
 from bufsize.resultdir import read_finished
+from bufsize.theory.ccrules import CcRule, rule_for
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.projectfiles import REFERENCE_DIR
@@ -54,12 +55,25 @@ def cv(values: list[float]) -> float | None:
     return statistics.stdev(values) / statistics.mean(values)
 
 
+def sweep_rule(results: list[dict]) -> CcRule | None:
+    """The buffer rule of the sweep's congestion control (theory/ccrules.py) where it is not Reno's
+    RTT*C/sqrt(N), which the table and figure show anyway; None for Reno, a mix, or no rule."""
+    ccs = {r.get("cc") for r in results}
+    if len(ccs) != 1 or ccs == {"reno"}:
+        return None
+    try:
+        return rule_for(str(ccs.pop()))
+    except ValueError:
+        return None
+
+
 def summary_rows(results: list[dict], ref_dir: Path = REFERENCE_DIR) -> list[dict]:
     hw = reference_runs(HARDWARE_TSV, ref_dir)
     old = reference_runs(MININET_2012_TSV, ref_dir)
     by_n: dict[int, list[dict]] = {}
     for r in results:
         by_n.setdefault(r["flows"], []).append(r)
+    rule = sweep_rule(results)
     rows = []
     for n in sorted(by_n):
         rs = by_n[n]
@@ -87,6 +101,7 @@ def summary_rows(results: list[dict], ref_dir: Path = REFERENCE_DIR) -> list[dic
                 "theory_packets": theory_pk,
                 "ratio_to_theory": round(statistics.median(pk) / theory_pk, 2),
                 "bdp_packets": rs[0]["bdp_packets"],
+                **(cc_rule_cells(rule, rs[0]["bdp_packets"], n, statistics.median(pk)) if rule else {}),
                 "hardware_median_bytes": round(hw_med) if hw_med is not None else None,
                 "hardware_runs": len(hw.get(n, [])),
                 "ratio_to_hardware": round(med_bytes / hw_med, 2) if hw_med else None,
@@ -100,6 +115,11 @@ def summary_rows(results: list[dict], ref_dir: Path = REFERENCE_DIR) -> list[dic
             }
         )
     return rows
+
+
+def cc_rule_cells(rule: CcRule, bdp_packets: float, flows: int, median_packets: float) -> dict:
+    packets = round(rule.packets(bdp_packets, flows), 1)
+    return {"cc_rule_packets": packets, "ratio_to_cc_rule": round(median_packets / packets, 2)}
 
 
 def _fmt(v: object) -> str:
@@ -124,6 +144,11 @@ def write_table(rows: list[dict], out: Path) -> tuple[Path, Path]:
         ("cv", "CV"),
         ("theory_packets", "RTT*C/sqrt(N) pkts"),
         ("ratio_to_theory", "ours/theory"),
+        *(
+            [("cc_rule_packets", f"{rows[0]['cc']} rule pkts"), ("ratio_to_cc_rule", f"ours/{rows[0]['cc']} rule")]
+            if "cc_rule_packets" in rows[0]
+            else []
+        ),
         ("median_bytes", "ours bytes"),
         ("hardware_median_bytes", "hardware median bytes"),
         ("ratio_to_hardware", "ours/hw"),
@@ -163,6 +188,10 @@ def plot(results: list[dict], out: Path, title: str, ref_dir: Path = REFERENCE_D
     grid = [10 ** (i / 20) for i in range(0, 61)]
     ax.plot(grid, [bdp_bytes / math.sqrt(n) for n in grid], "k-", lw=1.2, label="RTT*C/sqrt(N)")
     ax.plot(xs, [bdp_bytes, bdp_bytes], "k--", lw=1, label="RTT*C (rule of thumb)")
+    rule = sweep_rule(results)
+    if rule is not None:  # its n-flow form (the sweep's N start at 2)
+        ax.plot(grid, [rule.many_flows_factor * bdp_bytes / math.sqrt(n) for n in grid], "k:", lw=1.4,
+                label=rule.label())  # fmt: skip
 
     hw = reference_runs(HARDWARE_TSV, ref_dir)
     hx = [n for n in hw for _ in hw[n]]

@@ -34,6 +34,7 @@ from bufsize.longlived.traffic import LongFlows, split_flows
 from bufsize.monitors.cpu import CpuMonitor
 from bufsize.monitors.rate import sample_rates
 from bufsize.monitors.recorder import queue_stats, window
+from bufsize.theory.ccrules import rule_for
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.counters import InterfaceCounters
@@ -152,7 +153,7 @@ def check_searchable(cfg: DumbbellConfig, flows: int) -> None:
 
     Two lower bounds, both about the link's pipe (RTT x C at the longest RTT) against N:
     - RTT*C/sqrt(N) must be at least one packet: the answer is a whole number of packets (at least
-      one), it is reported against that figure (a ratio) and the first probe is that figure.
+      one), it is reported against that figure (a ratio) and the first probe is a share of it.
     - the pipe plus the calibration buffer (3 BDP) must hold at least one packet per flow: a TCP
       window never drops below one packet, so with less even the search's top buffer leaves flows
       sitting in retransmission timeouts and the reference rate measures timers, not the link.
@@ -191,6 +192,30 @@ def theory(cfg: DumbbellConfig, flows: int) -> dict:
         "rtt_ms_for_theory": round(rtt, 3),
         "rtt_ms_largest": max(cfg.rtt_ms),
     }
+
+
+@dataclass(frozen=True)
+class FirstGuess:
+    """The buffer probed first, and where it came from (written to the result)."""
+
+    packets: int
+    source: str
+
+    def to_dict(self) -> dict:
+        return {"packets": self.packets, "from": self.source}
+
+
+def model_guess(cfg: DumbbellConfig, flows: int, th: dict) -> FirstGuess:
+    """The rule for the congestion control in use (theory/ccrules.py): for cubic about half of
+    RTT*C/sqrt(N), nearer its committed answers (0.24-0.44 of it) than Reno's rule; Reno's rule for a
+    congestion control without one of its own (issue 30, item 2)."""
+    try:
+        rule = rule_for(cfg.cc)
+    except ValueError:
+        return FirstGuess(max(1, round(th["theory_sqrt_n_packets"])), f"RTT*C/sqrt(N) (no rule for {cfg.cc})")
+    packets = rule.packets(th["bdp_packets"], flows)
+    return FirstGuess(max(1, round(packets)), f"the {cfg.cc} rule, {rule.many_flows_factor:.2f} x RTT*C/sqrt(N)"
+                      if flows > 1 else f"the {cfg.cc} rule for one flow")  # fmt: skip
 
 
 @dataclass
@@ -358,8 +383,10 @@ def run_search(
     opts: SearchOptions,
     out: Path | None = None,
     log: Say | None = None,
+    hint: FirstGuess | None = None,
 ) -> dict:
-    """Run one search end to end and return (and, with `out`, write) its result."""
+    """Run one search end to end and return (and, with `out`, write) its result. `hint`: a first
+    guess from elsewhere (a sweep's earlier points) instead of the congestion control's rule."""
     opts.validate(cfg)
     th = theory(cfg, opts.flows)
     cal_packets = math.ceil(CALIBRATION_BDPS * cfg.bdp_bytes / FRAME_BYTES)
@@ -380,6 +407,7 @@ def run_search(
         ex.write_partial = lambda d: write_samples_csv(d / "samples.csv", prober.measurements)
         cal_rates: list[float] = []
         search: MedianSearch | None = None
+        first: FirstGuess | None = None
         ex.partial = lambda: {
             "calibration_rates_mbps": [round(r, 3) for r in cal_rates],
             "probes": [asdict(p) for p in search.probes] if search else [],
@@ -391,8 +419,11 @@ def run_search(
             reference = statistics.median(cal_rates)
             ex.trace_fidelity(opts.fidelity_s)
             prober.denominator = reference if opts.relative_to == "reference" else cfg.rate_mbps
-            guess = max(1, round(th["theory_sqrt_n_packets"])) if opts.first_guess else None
             top = min(cal_packets, opts.max_buffer_packets or cal_packets)
+            first = (hint or model_guess(cfg, opts.flows, th)) if opts.first_guess else None
+            guess = first.packets if first else None
+            if first:
+                say(f"  first probe at {first.packets} packets: {first.source}")
 
             def progress(p: Probe) -> None:
                 verdict = "pass" if p.passed else "fail"
@@ -445,6 +476,7 @@ def run_search(
         "search_top_packets": top,
         "note": res.note,
         "uncertain_interval_packets": list(res.uncertain_interval_packets or ()),
+        "first_guess": first.to_dict() if first else None,
         "stopping_rule": stopping_rule(opts),
         "sample_rule": sample_rule(opts),
         "loss_episodes": loss_summary(prober, answer),

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from bufsize.longlived.dynamics import estimate_search_seconds
 from bufsize.longlived.presets import preset
-from bufsize.longlived.search import SearchOptions, default_samples, run_search
+from bufsize.longlived.search import FirstGuess, SearchOptions, default_samples, run_search
 from bufsize.longlived.traffic import MAX_FLOWS
 from bufsize.manifest import machine_manifest
 from bufsize.options import parse_flow_list
@@ -207,6 +209,28 @@ def finished(out: Path, flows: int, run: int) -> bool:
     return r is not None and r.get("flows") == flows and "buffer_packets" in r
 
 
+def sweep_guess(out: Path, spec: SweepSpec, flows: int, run: int) -> FirstGuess | None:
+    """A first probe from this sweep's converged answers (issue 30, item 2): the median of the other
+    runs at the same N, else the nearest N's median scaled by sqrt(N'/N): from each N to the next, that
+    came within a factor 1.3 of the committed full sweep's medians (107 at N = 2 gives 68 at N = 5,
+    where 62 was measured; 11 at 100 gives 7.8 at 200, measured 8). None before any answer."""
+    answers: dict[int, list[int]] = {}
+    for m, r in spec.points():
+        res = read_finished(point_dir(out, m, r) / "result.json")
+        if (m, r) == (flows, run) or res is None or res.get("flows") != m or "buffer_packets" not in res:
+            continue
+        if (res.get("flags") or {}).get("converged"):
+            answers.setdefault(m, []).append(int(res["buffer_packets"]))
+    if flows in answers:
+        same = answers[flows]
+        return FirstGuess(round(statistics.median(same)), f"the median of this sweep's {len(same)} runs at N={flows}")
+    if not answers:
+        return None
+    near = min(answers, key=lambda m: (abs(math.log(m / flows)), m))
+    packets = statistics.median(answers[near]) * math.sqrt(near / flows)
+    return FirstGuess(max(1, round(packets)), f"this sweep's answer at N={near} x sqrt({near}/{flows})")
+
+
 def sweep_shapers(spec: SweepSpec, backend: str) -> str:
     """The shaper every point of the sweep uses (one: the spec names it, auto pinned to the line)."""
     return resolve_shaper(spec.shaper, backend)
@@ -304,7 +328,7 @@ def run_sweep(
         make_dirs(d)
         t_point = time.monotonic()
         try:
-            run_search(spec.config(n), backend, spec.options(n), d, log=say)
+            run_search(spec.config(n), backend, spec.options(n), d, log=say, hint=sweep_guess(out, spec, n, r))
         except Exception as e:  # any failure of one point (the search saved its data and error.json): go on
             say(f"  point N={n} run {r} failed: {type(e).__name__}: {e}")
             failed.append(f"N={n} run {r}: {e}")

@@ -14,6 +14,8 @@ from bufsize.theory.model import PACKET_BYTES, format_report, predict
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.units import check_number
 
+CC_RULES = ("reno", "cubic", "bic", "bbr")
+
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add `model` to the subcommands of the bufsize parser; `run` is its func."""
@@ -34,6 +36,13 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     m.add_argument("--iw", type=int, default=2, help="initial window of short flows in packets (default 2; Linux 10)")
     m.add_argument("--load", type=float, help="short-flow load rho, between 0 and 1: adds the M/G/1 numbers")
     m.add_argument("--flow-packets", type=int, default=14, help="short-flow length in packets (default 14)")
+    m.add_argument(
+        "--cc",
+        choices=CC_RULES,
+        default="reno",
+        help="congestion control whose buffer rule to add (default reno: seed 000's rules only); "
+        "cubic, bic and bbr add theirs (bufsize/theory/ccrules.py says where each comes from)",
+    )
     m.add_argument("--json", action="store_true", help="print the predictions as JSON")
     m.set_defaults(func=run)
     return m
@@ -90,6 +99,7 @@ def run(a: argparse.Namespace) -> int:
         iw=a.iw,
         load=a.load,
         short_flow_packets=a.flow_packets,
+        cc=a.cc,
     )
     print(json.dumps(p.to_dict(), indent=1) if a.json else format_report(p))
     return 0

@@ -16,6 +16,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
+from bufsize.theory.ccrules import rule_for
+from bufsize.theory.ccrules import utilization_bound as ccrule_bound
+
 PACKET_BYTES = 1500
 
 # F7: erf(K * B / ((BDP + B)/sqrt(n))), K = 3*sqrt(3)/(2*sqrt(2)) = 1.837117.
@@ -374,6 +377,7 @@ class BufferPrediction:
     loss_rate_persistent: float  # F16
     loss_rate_morris: float  # F17 at window_per_flow_packets
     short_flow_overflow_probability: float | None  # F11 P(Q >= B) for the short-flow traffic, if a load is given
+    cc_utilization_bound: float | None = None  # F7 with the cc's window shape (ccrules); None: Reno's is F7, or BBR
 
 
 @dataclass(frozen=True)
@@ -404,6 +408,10 @@ class Prediction:
     stanford_packets: float  # F4
     buffers: list[BufferPrediction]
     short_flows: ShortFlowPrediction | None
+    cc: str = "reno"
+    cc_rule_packets: float | None = None  # the cc's rule for these flows (ccrules); Reno's is stanford_packets
+    cc_single_flow_packets: float | None = None  # the cc's rule for one flow
+    cc_rule_sources: dict[str, str] | None = None  # where the one-flow and the n-flow rule come from
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -443,12 +451,14 @@ def predict(
     iw: int = 2,
     load: float | None = None,
     short_flow_packets: int = 14,
+    cc: str = "reno",
 ) -> Prediction:
     """The headline predictions for `flows` long flows through a `rate_mbps` link.
 
     `rtt_ms` may be a list of per-flow-group RTTs; their harmonic mean (F20) is used. Without
     `buffer_packets` the two rules are evaluated: RTT*C/sqrt(n) and RTT*C. With a `load`, short-flow
-    numbers for Poisson `short_flow_packets`-long flows with initial window `iw` are added.
+    numbers for Poisson `short_flow_packets`-long flows with initial window `iw` are added. Another
+    `cc` than Reno adds its rule (ccrules) and evaluates it too.
     """
     rtts = [float(rtt_ms)] if isinstance(rtt_ms, int | float) else [float(r) for r in rtt_ms]
     rtt_s = harmonic_mean_rtt_s(r / 1000 for r in rtts)
@@ -456,8 +466,10 @@ def predict(
     rate_pps = rate_bps / (8 * packet_bytes)
     bdp = bdp_packets(rtt_s, rate_bps, packet_bytes)
     stanford = stanford_packets(rtt_s, rate_bps, flows, packet_bytes)
+    rule = rule_for(cc)
+    cc_rule = rule.packets(bdp, flows)
     if buffer_packets is None:
-        buffers = [stanford, bdp]
+        buffers = [stanford, bdp] if cc == "reno" else [cc_rule, stanford, bdp]
     elif isinstance(buffer_packets, int | float):
         buffers = [float(buffer_packets)]
     else:
@@ -486,6 +498,7 @@ def predict(
                 short_flow_overflow_probability=(
                     overflow_probability(b, short.load, short_m) if short is not None and short_m else None
                 ),
+                cc_utilization_bound=ccrule_bound(cc, b, bdp, flows) if cc not in ("reno", "bbr") else None,
             )
         )
     return Prediction(
@@ -499,6 +512,10 @@ def predict(
         stanford_packets=stanford,
         buffers=rows,
         short_flows=short,
+        cc=cc,
+        cc_rule_packets=cc_rule,
+        cc_single_flow_packets=rule.single_flow_packets(bdp),
+        cc_rule_sources={"one_flow": rule.single_flow_from, "n_flows": rule.many_flows_from},
     )
 
 
@@ -544,12 +561,29 @@ def format_report(p: Prediction) -> str:
         _line("rule of thumb RTT*C", f"{p.bdp_packets:.1f} packets", "F1"),
         _line("RTT*C/sqrt(n)", f"{p.stanford_packets:.1f} packets", "F4"),
     ]
+    if p.cc != "reno" and p.cc_rule_packets is not None and p.cc_single_flow_packets is not None:
+        sources = p.cc_rule_sources or {}
+        lines += [
+            _line(
+                f"{p.cc} rule, {p.flows} flow{'s' if p.flows != 1 else ''}",
+                f"{p.cc_rule_packets:.1f} packets",
+                "ccrules",
+            ),
+            _line(f"{p.cc} rule, one flow", f"{p.cc_single_flow_packets:.1f} packets", "ccrules"),
+            f"  ({p.cc}, one flow: {sources.get('one_flow', '')})",
+            f"  ({p.cc}, n flows: {sources.get('n_flows', '')})",
+        ]
     for b in p.buffers:
         lines += [
             f"buffer {_packets(b.buffer_packets)} packets = {b.stanford_multiple:.3g} x RTT*C/sqrt(n) = "
             f"{b.bdp_multiple:.3g} x RTT*C",
             _line("max queueing delay B/C", f"{b.max_queueing_delay_ms:.2f} ms", ""),
             _line("utilization lower bound", _pct(b.utilization_lower_bound), "F7"),
+            *(
+                [_line(f"  the same with {p.cc}'s window", _pct(b.cc_utilization_bound), "F7, ccrules")]
+                if b.cc_utilization_bound is not None
+                else []
+            ),
             _line(
                 "sum of windows (normal model)",
                 f"mean {b.sum_windows_mean_packets:.1f}, sd {b.sum_windows_sd_packets:.1f} packets",
