@@ -31,6 +31,7 @@ RULES = {
     "sign-test": ["--samples", "5", "--max-samples", "20", "--resolution", "0.05", "--sample-length", "model"],
     "precision": ["--precision", "0.1", "--sample-length", "model"],
     "precision-measured": ["--precision", "0.1", "--sample-length", "measured"],
+    "precision-0.2-measured": ["--precision", "0.2", "--sample-length", "measured"],
 }
 
 
@@ -54,6 +55,7 @@ def search_run(flows: int, cc: str, rule: str) -> dict:
         "crossing": d.get("crossing"), "sample_rule": d.get("sample_rule"),
         "loss_episodes": d.get("loss_episodes"), "sample_s": sorted({m["sample_s"] for m in d["measurements"]}),
         "commit": d["manifest"]["project_commit"], "loadavg": os.getloadavg()[0],
+        "failed_flags": sorted(k for k, v in d["flags"].items() if v is False), "first_guess": d.get("first_guess"),
     }  # fmt: skip
 
 
@@ -65,18 +67,21 @@ def med_range(xs: list[float], fmt: str = "{:.0f}") -> str:
 
 def report(rows: list[dict]) -> str:
     lines = [
-        "| N | cc | rule | runs | answer (packets) | CV | wall per search (s) | samples | settles | valid |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| N | cc | rule | code | runs | answer (packets) | CV | wall per search (s) | samples | settles | valid |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    # Rows of one rule under different --code labels are kept apart: the options stay, the code moves.
+    commits = list(dict.fromkeys(r.get("code", "") for r in rows))
     for n, cc in dict.fromkeys((r["flows"], r["cc"]) for r in rows):
-        for rule in RULES:
-            rs = [r for r in rows if (r["flows"], r["cc"], r["rule_name"]) == (n, cc, rule) and "error" not in r]
+        for rule, commit in ((rule, c) for rule in RULES for c in commits):
+            rs = [r for r in rows if (r["flows"], r["cc"], r["rule_name"]) == (n, cc, rule)
+                  and r.get("code", "") == commit and "error" not in r]  # fmt: skip
             if not rs:
                 continue
             ans = [r["answer"] for r in rs]
             cv = statistics.pstdev(ans) / statistics.fmean(ans)
             lines.append(
-                f"| {n} | {cc} | {rule} | {len(rs)} | {', '.join(map(str, ans))} | {cv:.3f} | "
+                f"| {n} | {cc} | {rule} | {commit or '-'} | {len(rs)} | {', '.join(map(str, ans))} | {cv:.3f} | "
                 f"{med_range([r['wall_s'] for r in rs])} | {med_range([r['samples'] for r in rs])} | "
                 f"{med_range([r['settles'] for r in rs])} | {sum(r['valid'] for r in rs)}/{len(rs)} |"
             )
@@ -94,6 +99,7 @@ def main() -> int:
     ap.add_argument("--out", default="bench/results/search-rule-ab.jsonl")
     ap.add_argument("--rules", default="sign-test,precision", help=f"comma-separated, from {', '.join(RULES)}")
     ap.add_argument("--report", action="store_true")
+    ap.add_argument("--code", default="", help="a label for the code under test, kept apart in the report")
     a = ap.parse_args()
     path = Path(a.out)
     rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -102,7 +108,7 @@ def main() -> int:
         return 0
     if os.geteuid() != 0:
         sys.exit("run as root")
-    seen = {(r["flows"], r["cc"], r["rule_name"], r["run"]) for r in rows}
+    seen = {(r["flows"], r["cc"], r["rule_name"], r["run"]) for r in rows if r.get("code", "") == a.code}
     names = a.rules.split(",")
     if unknown := set(names) - set(RULES):
         sys.exit(f"--rules: unknown {', '.join(sorted(unknown))}")
@@ -111,7 +117,8 @@ def main() -> int:
             for rule in names if run % 2 else names[::-1]:
                 if (n, a.cc, rule, run) in seen:
                     continue
-                row = {"run": run, "flows": n, "cc": a.cc, "rule_name": rule, **search_run(n, a.cc, rule)}
+                row = {"run": run, "flows": n, "cc": a.cc, "rule_name": rule, "code": a.code,
+                       **search_run(n, a.cc, rule)}  # fmt: skip
                 with path.open("a") as fh:
                     fh.write(json.dumps(row) + "\n")
                 print(json.dumps(row), flush=True)
