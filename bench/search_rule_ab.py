@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -33,6 +34,9 @@ RULES = {
     "precision-measured": ["--precision", "0.1", "--sample-length", "measured"],
     "precision-0.2-measured": ["--precision", "0.2", "--sample-length", "measured"],
 }
+
+
+PRECISION = {"precision": 0.1, "precision-measured": 0.1, "precision-0.2-measured": 0.2}
 
 
 def search_run(flows: int, cc: str, rule: str) -> dict:
@@ -65,10 +69,24 @@ def med_range(xs: list[float], fmt: str = "{:.0f}") -> str:
     return f"{fmt.format(statistics.median(xs))} [{fmt.format(min(xs))}..{fmt.format(max(xs))}]"
 
 
+def sampling_floor_s(row: dict, precision: float = 0.1, level: float = 0.9) -> float | None:
+    """Seconds of sampling a search needs at least, at the noise and slope its own fit measured: the
+    crossing's standard error is (median noise) / (slope x sqrt(samples)), and +-precision at `level`
+    needs it to be ln(1 + precision) / z. The slope's own error (Fieller) and the settles only add."""
+    c = row.get("crossing") or {}
+    slope, sd = c.get("slope_per_ln_buffer") or 0, c.get("sample_sd")
+    if slope <= 0 or not sd or not row.get("sample_s"):
+        return None
+    z = statistics.NormalDist().inv_cdf(0.5 + level / 2)
+    samples = (z * math.sqrt(math.pi / 2) * sd / (slope * math.log(1 + precision))) ** 2
+    return samples * statistics.median(row["sample_s"])
+
+
 def report(rows: list[dict]) -> str:
     lines = [
-        "| N | cc | rule | code | runs | answer (packets) | CV | wall per search (s) | samples | settles | valid |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| N | cc | rule | code | runs | answer (packets) | CV | wall per search (s) | sampling floor (s) | samples | "
+        "settles | valid |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     # Rows of one rule under different --code labels are kept apart: the options stay, the code moves.
     commits = list(dict.fromkeys(r.get("code", "") for r in rows))
@@ -82,7 +100,9 @@ def report(rows: list[dict]) -> str:
             cv = statistics.pstdev(ans) / statistics.fmean(ans)
             lines.append(
                 f"| {n} | {cc} | {rule} | {commit or '-'} | {len(rs)} | {', '.join(map(str, ans))} | {cv:.3f} | "
-                f"{med_range([r['wall_s'] for r in rs])} | {med_range([r['samples'] for r in rs])} | "
+                f"{med_range([r['wall_s'] for r in rs])} | "
+                f"{med_range([f for r in rs if (f := sampling_floor_s(r, PRECISION.get(rule, 0.1))) is not None])} | "
+                f"{med_range([r['samples'] for r in rs])} | "
                 f"{med_range([r['settles'] for r in rs])} | {sum(r['valid'] for r in rs)}/{len(rs)} |"
             )
     errors = [r for r in rows if "error" in r]

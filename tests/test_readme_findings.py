@@ -13,6 +13,8 @@ import re
 import statistics
 from pathlib import Path
 
+import pytest
+
 from bufsize.longlived.report import load_results, summary_rows
 
 REPO = Path(__file__).resolve().parents[1]
@@ -93,3 +95,18 @@ def test_readme_ratios_to_the_rules_match_the_full_sweep() -> None:
     theory = [r["ratio_to_theory"] for r in rows]
     cubic = [r["ratio_to_cc_rule"] for r in rows]
     assert [float(x) for x in m.groups()] == [min(theory), max(theory), min(cubic), max(cubic)]
+
+
+def test_the_hardware_points_called_censored_are_its_search_floor() -> None:
+    """docs/findings.md calls the hardware's N >= 400 points a floor: every sweep recorded the same
+    bytes there, RTT*C/(8 sqrt(N)) at 62.5 Mb/s and 87 ms."""
+    from bufsize.longlived.report import HARDWARE_TSV, reference_runs
+
+    hw = reference_runs(HARDWARE_TSV)
+    floor = 62.5e6 / 8 * 0.087 / 8
+    for n in (400, 500, 600, 800):
+        # sweep 21 recorded 15018 bytes at N = 800, the only value there that is not the floor
+        values = [b for b in hw[n] if b < 10_000]
+        assert len(values) >= 5 and len(set(values)) == 1, (n, hw[n])
+        assert values[0] * n**0.5 == pytest.approx(floor, rel=1e-3), n
+    assert "censored" in FINDINGS.read_text()
