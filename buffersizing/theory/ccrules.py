@@ -24,13 +24,17 @@ CUBIC. (Where CUBIC runs in its Reno-friendly region, as at small windows, its s
 
 BBR (v1) is not loss-based: it paces at its estimate of the bottleneck rate and caps its data in
 flight at twice its estimate of the BDP, and one round trip in eight it paces at 1.25 times the rate
-and the next at 0.75. The queue the 1.25 phase builds, a quarter of a BDP, is what keeps the link
-busy through the 0.75 phase; so one BBR flow needs about BDP/4 (our reading of the gain cycle, in
-line with the paper's "60-75 % smaller" for the newer algorithms against Reno's BDP). Its
-ProbeRTT phase (four packets in flight for 200 ms about every 10 s) idles a single flow's link for
-some 2 % of the time whatever the buffer, so one BBR flow cannot reach 99 % on its own. For n flows
-the phases are not synchronized and the same 1/sqrt(n) argument as above applies to the rate
-excursions: we give BDP/(4 sqrt(n)), labelled as ours.
+and the next at 0.75. The paper models one BBR flow's utilization as min(3/4 + B/BDP, 1) (the
+prediction its authors plot in their published analysis, brucespang/ifip21-buffer-sizing): the
+buffer must cover the quarter of a BDP the 0.75 phase leaves unsent, B >= BDP/4. That and CUBIC's
+0.43 BDP are the abstract's "60-75 % smaller" than Reno's BDP. ProbeRTT (four packets in flight for
+200 ms about every 10 s) idles a single flow's link for some 2 % of the time whatever the buffer,
+so one BBR flow cannot reach 99 % on its own. For n flows the paper's abstract says the sqrt(n)
+rule holds for BBR too; its constant here, BDP/(4 sqrt(n)), is ours (the same quarter of a BDP
+spread over n independent phases), untested until a BBR sweep is committed.
+
+The paper's full text was not available here: the one-flow formulas are its authors' plotted
+predictions and the abstract's claims; section and equation numbers are not given for that reason.
 """
 
 from __future__ import annotations
@@ -42,8 +46,8 @@ from dataclasses import dataclass
 BETA = {"reno": 0.5, "cubic": 0.7, "bic": 0.8}
 SOURCE = 'Spang, Arslan, McKeown, "Updating the Theory of Buffer Sizing", Performance 2021 (arXiv 2109.11693)'
 SEED = "Appenzeller, Keslassy, McKeown, SIGCOMM 2004 (seed 000, F1 and F4)"
-# BBR v1's pacing gain in its bandwidth-probing round trip: the queue it builds is (gain - 1) x BDP.
-BBR_PROBE_GAIN = 1.25
+# BBR v1's pacing gain in the round trip after its probe: the buffer covers the (1 - gain) x BDP it leaves unsent.
+BBR_DRAIN_GAIN = 0.75
 
 
 def window_deviation(cc: str) -> float:
@@ -86,12 +90,12 @@ class CcRule:
 def rule_for(cc: str) -> CcRule:
     """The rule for `cc`; a ValueError for a congestion control without one."""
     if cc == "bbr":
-        gain = BBR_PROBE_GAIN - 1
+        gain = 1 - BBR_DRAIN_GAIN
         return CcRule(
             "bbr",
             gain,
             gain,
-            f"our reading of BBR v1's gain cycle (the queue of its 1.25 phase); cf. {SOURCE}",
+            f"{SOURCE}: utilization min(3/4 + B/BDP, 1), so B >= BDP/4 (the 0.75 pacing phase)",
             "our derivation: BBR's 1/4 BDP over sqrt(n), the phases of n flows being independent",
         )
     if cc not in BETA:
