@@ -1,6 +1,7 @@
 """Validation of what users type, without touching the machine."""
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,8 @@ from bufsize.topologies.config import (
 )
 from bufsize.topologies.errors import MachineError, UsageError
 from bufsize.topologies.machine import resolve_backend
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_single_rtt_applies_to_every_host():
@@ -226,3 +229,24 @@ def test_a_sweep_made_before_precision_existed_resumes_but_not_with_precision_as
     assert make_spec("full", None, {"samples": 5}, {"precision": 0.1}).search["samples"] == 5
     with pytest.raises(UsageError, match="--precision replaces the sequential test"):
         make_spec("full", None, {"max_samples": 20}, {"precision": 0.1})
+
+
+def test_the_quick_preset_runs_the_precision_rule_and_a_committed_quick_run_before_it_is_another_sweep(tmp_path):
+    """Since 2026-11-26 late the quick preset searches by the precision rule at +-20 % on measured
+    samples (11 minutes against 16-18); --precision 0 gives back its old decision rule, and a quick
+    directory of the rule before is refused, not resumed with another rule."""
+    import json
+
+    from bufsize.longlived.sweep import existing_manifest, make_spec
+
+    quick = make_spec("quick", None, {}, {})
+    assert quick.search["precision"] == 0.2 and quick.search["sample_length"] == "measured"
+    assert quick.search["max_samples"] == 0 and quick.search["samples"] == 3
+    assert make_spec("quick", None, {}, {"precision": 0.1}).search["precision"] == 0.1
+    assert make_spec("quick", None, {}, {"precision": 0.0}).search["precision"] == 0.0
+    for name in ("full", "theory"):  # their committed sweeps ran the sign test: unchanged until re-run
+        assert make_spec(name, None, {}, {}).search["precision"] == 0.0
+    committed = json.loads((REPO / "results" / "quick" / "2026-11-26-130743" / "manifest.json").read_text())
+    (tmp_path / "manifest.json").write_text(json.dumps(committed))
+    with pytest.raises(UsageError, match="different settings"):
+        existing_manifest(tmp_path, quick)

@@ -128,6 +128,8 @@ def make_spec(preset_name: str | None, flows: list[int] | None, overrides: dict,
         raise UsageError("give --flows (for example 2,10,50,200,800) or a --preset")
     search_opts = SEARCH_DEFAULTS | {k: v for k, v in search.items() if v is not None}
     search_opts |= {k: pick(k, SEARCH_DEFAULTS[k]) for k in ("samples", "resolution", "max_samples", "sample_length")}
+    if search.get("precision") is None and pre.get("precision"):  # a preset's rule, unless --precision says
+        search_opts["precision"] = pre["precision"]
     if search_opts["precision"]:
         # The precision rule replaces a preset's sequential test, and was tuned with 3 samples a probe.
         if overrides.get("max_samples") is None:
