@@ -244,7 +244,10 @@ def test_sweep_records_failed_point_goes_on_and_retries_only_it(no_leftovers, tm
     again = bufsize(*sweep_args(out), timeout=400)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "1 of 2 points already finished" in again.stderr
-    assert "N=4" not in again.stderr.split("already finished", 1)[1].split("points finished")[0]
+    resumed = again.stderr.split("already finished", 1)[1].split("points finished")[0]
+    assert not re.search(r"point \d+/\d+: N=4 ", resumed), resumed[-3000:]  # N = 4 is not searched again
+    if json.loads(kept)["flags"]["converged"]:  # then its answer is where N = 2 starts
+        assert "first probe at" in resumed and "this sweep's answer at N=4" in resumed, resumed[-3000:]
     assert second.read_bytes() == kept
     assert json.loads((out / "n0002-run1" / "result.json").read_text())["flows"] == 2
     assert not (out / "n0002-run1" / "error.json").exists()
