@@ -213,9 +213,10 @@ def model_guess(cfg: DumbbellConfig, flows: int, th: dict) -> FirstGuess:
         rule = rule_for(cfg.cc)
     except ValueError:
         return FirstGuess(max(1, round(th["theory_sqrt_n_packets"])), f"RTT*C/sqrt(N) (no rule for {cfg.cc})")
-    packets = rule.packets(th["bdp_packets"], flows)
-    return FirstGuess(max(1, round(packets)), f"the {cfg.cc} rule, {rule.many_flows_factor:.2f} x RTT*C/sqrt(N)"
-                      if flows > 1 else f"the {cfg.cc} rule for one flow")  # fmt: skip
+    packets = max(1, round(rule.packets(th["bdp_packets"], flows)))
+    if flows == 1:
+        return FirstGuess(packets, f"the {cfg.cc} rule for one flow")
+    return FirstGuess(packets, f"the {cfg.cc} rule, {rule.many_flows_factor:.2f} x RTT*C/sqrt(N)")
 
 
 @dataclass
