@@ -55,8 +55,8 @@ def preset(name: str) -> dict:
             "shaper": PRESET_SHAPER, "sample_length": PRESET_SAMPLE_LENGTH}  # fmt: skip
     if name == "quick":
         # One run of five N by the precision rule at +-20 % (90 %), samples of two measured loss
-        # episodes: 11 minutes of searching here (bench/results/search-rule-ab.md). Three fixed samples
-        # a probe at 10 % resolution on model samples, the rule before, took 16-18 minutes.
+        # episodes: 11 and 14 minutes here (a trial sweep, results/quick/2026-11-27-002019/). Three fixed
+        # samples a probe at 10 % resolution on model samples, the rule before, took 16-18 minutes.
         return base | {"flows": [2, 10, 50, 200, 800], "runs": 1, "cc": hardware_cc(), "samples": 3, "resolution": 0.1,
                        "precision": QUICK_PRECISION, "sample_length": "measured"}  # fmt: skip
     if name == "full":
