@@ -36,7 +36,8 @@ RULES = {
 }
 
 
-PRECISION = {"precision": 0.1, "precision-measured": 0.1, "precision-0.2-measured": 0.2}
+# Each precision rule's --precision, read from its options (the sampling floor is computed at it).
+PRECISION = {name: float(args[args.index("--precision") + 1]) for name, args in RULES.items() if "--precision" in args}
 
 
 def search_run(flows: int, cc: str, rule: str) -> dict:

@@ -12,10 +12,11 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from bufsize.theory.ccrules import BETA
 from bufsize.topologies import FRAME_BYTES
 
 CUBIC_C = 0.4  # cubic's scaling constant (packets / s^3), as in the kernel
-CUBIC_BETA = 0.7  # window after a loss, as a fraction of the window before it
+CUBIC_BETA = BETA["cubic"]  # window after a loss, as a fraction of the window before it
 
 
 def cycle_seconds(cc: str, flows: int, bdp_packets: float, buffer_packets: float, rtt_s: float) -> float:
