@@ -7,6 +7,7 @@ PY := $(VENV)/bin/python
 
 helpers:
 	$(MAKE) -C topologies/delayline
+	$(MAKE) -C topologies/nssim NS3=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/ns3
 
 lint:
 	$(VENV)/bin/ruff check .
@@ -35,3 +36,4 @@ bench-delayline: helpers
 
 clean-helpers:
 	$(MAKE) -C topologies/delayline clean
+	$(MAKE) -C topologies/nssim clean NS3=unused

@@ -8,8 +8,12 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-APT_PACKAGES=(iproute2 ethtool bridge-utils iputils-ping iperf iperf3 mininet make gcc libc6-dev git
+APT_PACKAGES=(iproute2 ethtool bridge-utils iputils-ping iperf iperf3 mininet make gcc g++ libc6-dev git
   python3 python3-venv procps)
+# The ns-3 twin (bufsize sim) builds against this wheel's headers and libraries; only the wheel, not
+# its Python bindings' dependencies (cppyy), which the twin does not use. Pinned: the same as
+# topologies/nssim.py NS3_WHEEL, so every machine simulates with the same ns-3.
+NS3_WHEEL=ns3==3.44.post0
 # Only the test command needs these: sshd for the `bufsize remote` test (it starts its own sshd
 # processes inside its own namespaces; the package's service is never started here, and is
 # disabled if this script installed it), clang and its runtimes for the delay line's libFuzzer target
@@ -109,6 +113,19 @@ make_venv() {
 build_helpers() {
   make -s -C topologies/delayline
   say "helpers built (topologies/delayline/bsz-delayline)"
+  build_twin || say "the ns-3 twin could not be set up (above); everything else works, and bufsize sim says why"
+}
+
+build_twin() {
+  local ns3
+  ns3=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/ns3
+  if ! "$VENV/bin/python" -m pip show -q ns3 >/dev/null 2>&1 ||
+    [ "$("$VENV/bin/python" -m pip show ns3 | sed -n 's/^Version: //p')" != "${NS3_WHEEL#ns3==}" ]; then
+    say "installing the ns-3 wheel for the simulator twin ($NS3_WHEEL, about 70 MB)"
+    "$VENV/bin/python" -m pip install -q --no-deps "$NS3_WHEEL" || return 1
+  fi
+  make -s -C topologies/nssim NS3="$ns3" || return 1
+  say "simulator twin built (topologies/nssim/bsz-nssim, ns-3 ${NS3_WHEEL#ns3==})"
 }
 
 install_apt "${APT_PACKAGES[@]}"

@@ -16,6 +16,7 @@ from bufsize.course import cli as course_cli
 from bufsize.options import add_flows_arg, add_link_args, add_measure_args, add_result_args, add_search_args
 from bufsize.remote import cli as remote_cli
 from bufsize.shortflows import cli as shortflow_cli
+from bufsize.sim import cli as sim_cli
 from bufsize.theory import cli as model_cli
 from bufsize.topologies.cleanup import release_deferred_signals, what_remains_message
 from bufsize.topologies.errors import MachineError, RunError, UsageError
@@ -82,6 +83,7 @@ def build_parser() -> Parser:
     )
     pl.add_argument("dir")
     pl.add_argument("--title")
+    pl.add_argument("--with-sim", help="a `bufsize sim sweep` directory to overlay, with an emulation/twin column")
     pl.add_argument("--json", action="store_true", help="print the files written as JSON")
 
     m = command(
@@ -108,6 +110,7 @@ def build_parser() -> Parser:
     remote_cli.add_parser(sub)
     shortflow_cli.add_parser(sub)
     course_cli.add_parser(sub)
+    sim_cli.add_parser(sub)
     c = command("clean", commands.cmd_clean, "remove what a killed run left behind (only the toolkit's own)")
     c.add_argument("--json", action="store_true", help="print what was removed and refused as JSON")
     q = command("quick", commands.cmd_quick, "the main job of ./setup.sh quick")

@@ -150,7 +150,8 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
         " (a local sweep; bufsize remote pins one shaper for every machine)",
     )
     add_search_args(p)
-    p.set_defaults(samples=None, resolution=None, max_samples=None)
+    # None: not given, so a preset's own rule applies (make_spec); --precision 0 still turns it off.
+    p.set_defaults(samples=None, resolution=None, max_samples=None, precision=None)
 
 
 def add_measure_args(p: argparse.ArgumentParser) -> None:

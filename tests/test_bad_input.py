@@ -38,7 +38,8 @@ LISTS = {
     "--multiples": [",", "1,,2", "1;2", "1,x", "nan,1", "1,inf", "1,-2", "0,1", "1,1", "1,1e308", "1e-9,1"],
     "--rtt-ms": ["1,,2", "20,40,60", "300..20", "1..", "..2", "1..2..3", "nan..5", "5..inf", "-1..5", "20;40"],
 }
-LIST_OPTIONS = {("sweep", "--flows"), ("remote", "--flows"), ("util-table", "--flows"), ("util-table", "--multiples")}
+LIST_OPTIONS = {("sweep", "--flows"), ("remote", "--flows"), ("util-table", "--flows"), ("util-table", "--multiples"),
+                ("sim sweep", "--flows")}  # fmt: skip
 MODEL_LISTS = {
     "--rtt-ms": [",", "1,,2", "nan,5", "0,5", "-1,5", "5,inf", "5;6"],
     "--buffer-packets": [",", "1,,2", "x,1", "nan", "1,inf", "-1,2", "1;2"],
@@ -58,6 +59,10 @@ BASE = {
     "remote": ["--out", OUT, "--flows", "2", "--machine", "192.0.2.1", "--known-hosts", __file__, "--commit", "HEAD"],
     "shortflows": ["--buffer-packets", "10", "--load", "0.5", "--transfers", "5", "--out", OUT],
     "shortexp": ["loss", "--out", OUT],
+    # The ns-3 twin's commands (a second level of subcommands: the key is the command line's start).
+    "sim search": ["--out", OUT],
+    "sim measure": ["--buffer-packets", "10", "--out", OUT],
+    "sim sweep": ["--out", OUT, "--flows", "2"],
 }
 SHORTFLOWS_VALID = {
     "--access-mbps": {"0"}, "--rtt-ms": {"0"}, "--fidelity-s": {"0"},
@@ -94,12 +99,26 @@ VALID: dict[tuple[str, str], set[str]] = {
     ("model", "--buffer-packets"): {"0", "1e-9"},  # the fluid model takes any buffer from none up
     ("model", "--load"): {"1e-9"},  # any load strictly between 0 and 1
     **{("shortflows", opt): vals for opt, vals in SHORTFLOWS_VALID.items()},
+    # The twin takes the emulated search's options with the same meaning.
+    **{("sim " + c, "--fidelity-s"): {"0"} for c in ("search", "sweep")},
+    **{("sim " + c, "--settle-s"): {"1e-9"} for c in ("search", "sweep")},
+    **{("sim " + c, "--resolution"): {"0", "1e-9"} for c in ("search", "sweep")},
+    **{("sim " + c, "--max-samples"): {"0"} for c in ("search", "sweep")},
+    **{("sim " + c, "--precision"): {"0"} for c in ("search", "sweep")},
+    # A measurement may start right after the buffer changes, and a simulated path may have no delay.
+    ("sim measure", "--settle-s"): {"0", "1e-9"},
+    ("sim measure", "--rtt-ms"): {"0"},
 }
 
 
 def subparsers() -> dict[str, argparse.ArgumentParser]:
-    action = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    return dict(action.choices)
+    """Every command, the twin's as 'sim search', 'sim measure', 'sim sweep'."""
+
+    def level(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        return dict(next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices)
+
+    top = level(cli.build_parser())
+    return {k: v for k, v in top.items() if k != "sim"} | {f"sim {k}": v for k, v in level(top["sim"]).items()}
 
 
 def value_options(p: argparse.ArgumentParser) -> list[str]:
@@ -123,7 +142,7 @@ def matrix() -> list[tuple[list[str], str]]:
                     base = [a for a in base if a not in ("--buffer-packets", "10")]  # the option under test is it
                 for v in VALUES + extra:
                     if v not in VALID.get((cmd, opt), set()):
-                        cases.append(([cmd, *base, f"{opt}={v}"], opt))  # '=': '-inf' must not read as a flag
+                        cases.append(([*cmd.split(), *base, f"{opt}={v}"], opt))  # '=': '-inf' must not read as a flag
         elif cmd == "plot":
             cases += [(["plot", "--", v], "dir") for v in VALUES]
         elif cmd == "course":  # check reads a directory given as a path: no answers.json there is refused
@@ -183,6 +202,9 @@ def in_process(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr("bufsize.remote.run.check_out_dir", tripwire)  # remote: past validation, commit included
     monkeypatch.setattr("bufsize.topologies.config.delay_backend", tripwire)  # DumbbellConfig.backend()
     monkeypatch.setattr("bufsize.topologies.machine.qdisc_support", tripwire)
+    monkeypatch.setattr("bufsize.sim.cli.SimDumbbell", tripwire)  # the twin: past validation, it simulates
+    monkeypatch.setattr("bufsize.sim.search.run_sim_search", tripwire)
+    monkeypatch.setattr("bufsize.sim.sweep.run_sim_sweep", tripwire)
     monkeypatch.setattr(cli.signal, "signal", lambda *a: None)  # main's handlers are for a whole process
     monkeypatch.chdir(tmp_path)  # plot's 'nan', 'inf', ... are paths relative to here
 
@@ -214,7 +236,7 @@ def valid_cases() -> list[tuple[str, str, str]]:
 @pytest.mark.parametrize("cmd,opt,value", valid_cases())
 def test_valid_edge_values_pass_validation(cmd, opt, value, in_process, tmp_path, capsys):
     """The excluded values really are accepted: validation passes and the command goes on."""
-    argv = with_out([cmd, *BASE[cmd], f"{opt}={value}"], tmp_path / "out")
+    argv = with_out([*cmd.split(), *BASE[cmd], f"{opt}={value}"], tmp_path / "out")
     if cmd == "model":
         assert in_process(argv) == (0, "")
         return

@@ -4,6 +4,7 @@ import math
 from pathlib import Path
 
 import pytest
+from conftest import spec_of
 
 from bufsize.options import buffer_from_args
 from bufsize.topologies import FRAME_BYTES
@@ -206,13 +207,13 @@ def test_a_sweep_made_before_the_pin_resumes_and_another_shaper_is_refused(tmp_p
 def test_a_sweep_made_before_precision_existed_resumes_but_not_with_precision_asked(tmp_path):
     """Sweeps committed before --precision and --sample-length have none of these in their search
     options: they ran the sign test (what precision 0 means) on the model's sample lengths, which the
-    presets keep, so the same command resumes them; asked for another rule, they are another sweep,
-    and the refusal names the option and both values."""
+    sign-test presets keep (theory; full until 2026-11-27), so the same command resumes them; asked
+    for another rule, they are another sweep, and the refusal names the option and both values."""
     import json
 
     from bufsize.longlived.sweep import existing_manifest, make_spec
 
-    spec = make_spec("full", None, {}, {})
+    spec = make_spec("theory", None, {}, {})
     assert spec.search["sample_length"] == "model"  # pinned by the preset
     assert make_spec(None, [2, 10], {}, {}).search["sample_length"] == "measured"  # the default without one
     old = spec.to_dict()
@@ -220,15 +221,15 @@ def test_a_sweep_made_before_precision_existed_resumes_but_not_with_precision_as
     (tmp_path / "manifest.json").write_text(json.dumps({"spec": old, "machine": {"shaper": "line"}}))
     assert existing_manifest(tmp_path, spec) is not None
     with pytest.raises(UsageError, match="sample_length was 'model', now 'measured'"):
-        existing_manifest(tmp_path, make_spec("full", None, {"sample_length": "measured"}, {}))
-    precise = make_spec("full", None, {}, {"precision": 0.1})
+        existing_manifest(tmp_path, make_spec("theory", None, {"sample_length": "measured"}, {}))
+    precise = make_spec("theory", None, {}, {"precision": 0.1})
     assert precise.search["precision"] == 0.1 and precise.search["max_samples"] == 0 and precise.search["samples"] == 3
     with pytest.raises(UsageError, match="different settings.*search.*precision was 0.0, now 0.1"):
         existing_manifest(tmp_path, precise)
     # Given explicitly, samples stay as asked; and --max-samples with --precision is refused.
-    assert make_spec("full", None, {"samples": 5}, {"precision": 0.1}).search["samples"] == 5
+    assert make_spec("theory", None, {"samples": 5}, {"precision": 0.1}).search["samples"] == 5
     with pytest.raises(UsageError, match="--precision replaces the sequential test"):
-        make_spec("full", None, {"max_samples": 20}, {"precision": 0.1})
+        make_spec("theory", None, {"max_samples": 20}, {"precision": 0.1})
 
 
 def test_the_quick_preset_runs_the_precision_rule_and_a_committed_quick_run_before_it_is_another_sweep(tmp_path):
@@ -244,9 +245,40 @@ def test_the_quick_preset_runs_the_precision_rule_and_a_committed_quick_run_befo
     assert quick.search["max_samples"] == 0 and quick.search["samples"] == 3
     assert make_spec("quick", None, {}, {"precision": 0.1}).search["precision"] == 0.1
     assert make_spec("quick", None, {}, {"precision": 0.0}).search["precision"] == 0.0
-    for name in ("full", "theory"):  # their committed sweeps ran the sign test: unchanged until re-run
-        assert make_spec(name, None, {}, {}).search["precision"] == 0.0
+    # The same through the command line: `bufsize sweep --preset quick` ran with precision 0 (the
+    # parser's default hid the preset's rule) until 2026-11-27, unlike `bufsize quick`.
+    assert spec_of("--preset", "quick").search == quick.search
+    assert spec_of("--preset", "quick", "--precision", "0").search["precision"] == 0.0
+    assert spec_of("--preset", "quick", "--precision", "0.1").search["precision"] == 0.1
+    assert spec_of("--flows", "10").search["precision"] == 0.0  # no preset: the sign test's default, off
+    # The theory preset's committed sweeps ran the sign test: unchanged until re-run.
+    assert make_spec("theory", None, {}, {}).search["precision"] == 0.0
     committed = json.loads((REPO / "results" / "quick" / "2026-11-26-130743" / "manifest.json").read_text())
     (tmp_path / "manifest.json").write_text(json.dumps(committed))
     with pytest.raises(UsageError, match="different settings"):
         existing_manifest(tmp_path, quick)
+
+
+def test_the_full_preset_is_the_committed_precision_sweep_and_resumes_it(tmp_path):
+    """Since 2026-11-27 the full preset is the precision rule at +-10 % on measured samples, 3 runs:
+    exactly the sweep committed in results/full/2026-11-27/ (made by `--preset full --precision 0.1
+    --sample-length measured --runs 3` before the preset changed), so `bufsize sweep --preset full
+    --out results/full/2026-11-27` resumes it; the sweep of the rule before is another sweep."""
+    import json
+
+    from bufsize.longlived.sweep import existing_manifest, make_spec
+
+    full = make_spec("full", None, {}, {})
+    assert full.runs == 3 and full.search["precision"] == 0.1 and full.search["sample_length"] == "measured"
+    assert full.search["samples"] == 3 and full.search["max_samples"] == 0
+    for committed, same in (("2026-11-27", True), ("2026-11-25", False)):
+        d = tmp_path / committed
+        d.mkdir()
+        manifest = json.loads((REPO / "results" / "full" / committed / "manifest.json").read_text())
+        manifest["spec"]["cc"] = full.cc  # bic where the kernel has it, else cubic: this machine's choice
+        (d / "manifest.json").write_text(json.dumps(manifest))
+        if same:
+            assert existing_manifest(d, full) is not None
+        else:
+            with pytest.raises(UsageError, match="different settings"):
+                existing_manifest(d, full)

@@ -14,6 +14,7 @@ from bufsize.topologies.cleanup import teardown
 from bufsize.topologies.delay import HELPER, helper_ready
 from bufsize.topologies.errors import MachineError
 from bufsize.topologies.ledger import RunState, fs_type, scratch_root
+from bufsize.topologies.nssim import twin_status
 from bufsize.topologies.proc import run
 from bufsize.topologies.tracefs import tracefs_root, tracepoints
 
@@ -93,6 +94,7 @@ class Capabilities:
     delay_backend: str | None
     scratch_dir: str = ""  # where runs keep the delay line's stats and status page
     scratch_fs: str | None = None
+    simulator_twin: str = ""  # whether `bufsize sim` can run here (topologies/nssim.py)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -153,6 +155,7 @@ def probe() -> Capabilities:
         delay_backend=None,
         scratch_dir=str(scratch_root()),
         scratch_fs=fs_type(scratch_root()),
+        simulator_twin=twin_status(),
     )
     if not root:
         caps.problems.append("not running as root: namespaces and qdiscs need root")
@@ -198,6 +201,7 @@ def format_report(c: Capabilities) -> str:
         f"delay line helper:    {'built' if c.delayline_built else 'not built'}",
         f"delay backend (auto): {c.delay_backend or 'none'} (with the default shaper, the line)",
         f"scratch files:        {c.scratch_dir} ({c.scratch_fs or 'unknown'})",
+        f"simulator twin:       {c.simulator_twin or 'unknown'} (bufsize sim)",
     ]
     lines += [f"note: {n}" for n in c.notes]
     lines += [f"PROBLEM: {p}" for p in c.problems]

@@ -117,6 +117,23 @@ def summary_rows(results: list[dict], ref_dir: Path = REFERENCE_DIR) -> list[dic
     return rows
 
 
+def sim_medians(sim: list[dict]) -> dict[int, float]:
+    """The twin's median answer per N (buffersizing/sim/), for `bufsize plot --with-sim`."""
+    by_n: dict[int, list[int]] = {}
+    for r in sim:
+        by_n.setdefault(r["flows"], []).append(r["buffer_packets"])
+    return {n: statistics.median(v) for n, v in by_n.items()}
+
+
+def add_sim_cells(rows: list[dict], sim: list[dict]) -> None:
+    """Each row gains the twin's median at its N and emulation / simulation (None where the twin has no N)."""
+    med = sim_medians(sim)
+    for row in rows:
+        m = med.get(row["flows"])
+        row["sim_median_packets"] = m
+        row["ratio_to_sim"] = round(row["median_packets"] / m, 2) if m else None
+
+
 def cc_rule_cells(rule: CcRule, bdp_packets: float, flows: int, median_packets: float) -> dict:
     packets = round(rule.packets(bdp_packets, flows), 1)
     return {"cc_rule_packets": packets, "ratio_to_cc_rule": round(median_packets / packets, 2)}
@@ -149,6 +166,11 @@ def write_table(rows: list[dict], out: Path) -> tuple[Path, Path]:
             if "cc_rule_packets" in rows[0]
             else []
         ),
+        *(
+            [("sim_median_packets", "ns-3 twin median pkts"), ("ratio_to_sim", "emulation/twin")]
+            if "sim_median_packets" in rows[0]
+            else []
+        ),
         ("median_bytes", "ours bytes"),
         ("hardware_median_bytes", "hardware median bytes"),
         ("ratio_to_hardware", "ours/hw"),
@@ -173,7 +195,9 @@ def write_table(rows: list[dict], out: Path) -> tuple[Path, Path]:
     return csv_path, md_path
 
 
-def plot(results: list[dict], out: Path, title: str, ref_dir: Path = REFERENCE_DIR) -> list[Path]:
+def plot(
+    results: list[dict], out: Path, title: str, ref_dir: Path = REFERENCE_DIR, sim: list[dict] | None = None
+) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -242,6 +266,14 @@ def plot(results: list[dict], out: Path, title: str, ref_dir: Path = REFERENCE_D
         lw=2,
         label=f"this testbed: median ({first['target']:.0%} target, {rows[0]['cc']})",
     )
+    if sim:
+        med = sim_medians(sim)
+        ns = sorted(med)
+        ax.scatter([r["flows"] for r in sim], [r["buffer_bytes"] for r in sim], s=14, marker="D", color="tab:green",
+                   alpha=0.5)  # fmt: skip
+        version = sim[0].get("manifest", {}).get("ns3_version", "")
+        ax.plot(ns, [med[n] * FRAME_BYTES for n in ns], "D-", color="tab:green", ms=5, lw=1.5,
+                label=f"ns-3 {version} twin: median ({len({r.get('seed') for r in sim})} seeds)")  # fmt: skip
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_ylim(bottom=min(1000, *(r["buffer_bytes"] * 0.8 for r in results)))
@@ -262,27 +294,39 @@ def plot(results: list[dict], out: Path, title: str, ref_dir: Path = REFERENCE_D
     return paths
 
 
-def make_report(d: Path, title: str | None = None) -> list[Path]:
+def make_report(d: Path, title: str | None = None, with_sim: Path | None = None) -> list[Path]:
     results = load_results(d)
+    sim = load_results(with_sim) if with_sim is not None else None
+    if sim is not None and any(r.get("kind") != "sim-search" for r in sim):
+        raise UsageError(f"--with-sim {with_sim}: not a twin sweep (bufsize sim sweep writes one)")
     first = results[0]
-    shapers = "/".join(dict.fromkeys(r["config"]["shaper"] for r in results))  # auto may differ by N
+    if first.get("kind") == "sim-search":  # the ns-3 twin (buffersizing/sim/)
+        method = f"ns-3 {first['manifest']['ns3_version']} twin"
+    else:
+        shapers = "/".join(dict.fromkeys(r["config"]["shaper"] for r in results))  # auto may differ by N
+        method = f"{shapers} + {first['delay_backend']}"
     title = title or (
         f"Minimum buffer for {first['target']:.0%} utilization: {first['nominal_rate_mbps']:g} Mb/s, "
-        f"RTT {first['rtt_ms_for_theory']:g} ms, cc {first['cc']}, {shapers} + {first['delay_backend']}"
+        f"RTT {first['rtt_ms_for_theory']:g} ms, cc {first['cc']}, {method}"
     )
     rows = summary_rows(results)
-    return [*plot(results, d, title), *write_table(rows, d)]
+    if sim is not None:
+        add_sim_cells(rows, sim)
+    return [*plot(results, d, title, sim=sim), *write_table(rows, d)]
 
 
-def plot_dir(given: str | Path, title: str | None = None) -> list[Path]:
+def plot_dir(given: str | Path, title: str | None = None, with_sim: str | Path | None = None) -> list[Path]:
     """`bufsize plot`: a sweep's figure and table, or one run's monitor plots redrawn from its CSVs."""
     if not str(given).strip():  # Path("") would be the current directory
         raise UsageError(f"dir '{given}': empty; give a sweep or run directory")
     d = Path(given)
     if not d.is_dir():
         raise UsageError(f"dir {d}: not a directory")
+    sim = Path(with_sim) if with_sim is not None else None
+    if sim is not None and (not str(with_sim).strip() or not sim.is_dir()):
+        raise UsageError(f"--with-sim {with_sim}: not a directory")
     try:
-        return _plot_dir(d, title)
+        return _plot_dir(d, title, sim)
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError, OverflowError) as e:
         # The files are the user's (or another version's): what they hold is reported, not a traceback.
         detail = " ".join(str(e).split())[:200]
@@ -291,8 +335,10 @@ def plot_dir(given: str | Path, title: str | None = None) -> list[Path]:
         raise UsageError(f"{d}: cannot plot what it holds (nested too deeply)") from e
 
 
-def _plot_dir(d: Path, title: str | None) -> list[Path]:
+def _plot_dir(d: Path, title: str | None, with_sim: Path | None = None) -> list[Path]:
     if (d / "result.json").exists():
+        if with_sim is not None:
+            raise UsageError("--with-sim goes with a sweep directory, not one run's")
         if read_finished(d / "result.json") is None:
             raise UsageError(f"{d}/result.json: not a JSON object (truncated, or not a result)")
         from bufsize.monitors.plots import plot_run
@@ -305,4 +351,4 @@ def _plot_dir(d: Path, title: str | None) -> list[Path]:
         if not paths:
             raise UsageError(f"{d}: no monitor data (queue.csv, rate.csv, ...) to plot")
         return paths
-    return make_report(d, title)
+    return make_report(d, title, with_sim)

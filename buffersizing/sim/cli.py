@@ -1,0 +1,170 @@
+"""`bufsize sim search|measure|sweep`: the emulated commands' options on the ns-3 twin (issue 34).
+
+The search options are the emulated search's own (options.add_search_args); the link options are
+those that mean something in a simulation (no shaper, delay backend or pacer: the twin's bottleneck
+is an exact drop-tail FIFO at rate C), plus --seed. Needs no root: nothing is built on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+from bufsize.commands import quiet_if, result_dir
+from bufsize.longlived.search import CALIBRATION_BDPS, SearchOptions, default_samples
+from bufsize.options import add_result_args, add_search_args, parse_flow_list
+from bufsize.resultdir import check_out_dir, write_json_atomic
+from bufsize.topologies import FRAME_BYTES
+from bufsize.topologies.config import parse_rtts
+from bufsize.topologies.errors import UsageError
+from bufsize.topologies.nssim import MAX_SIM_FLOWS, MAX_SIM_HOSTS, SIM_CCS, SimConfig, SimDumbbell
+
+
+def add_sim_link_args(p: argparse.ArgumentParser, hosts_help: str) -> None:
+    p.add_argument("--hosts", type=int, help=hosts_help)
+    p.add_argument("--rate-mbps", type=float, default=62.5, help="bottleneck rate C (default 62.5)")
+    p.add_argument("--rtt-ms", default="87", help="RTT per sender host: 87, a list 20,40 or a range 20..300")
+    p.add_argument("--cc", choices=SIM_CCS, default="reno", help="ns-3's TcpLinuxReno, TcpCubic or TcpBbr")
+    p.add_argument("--access-mbps", type=float, default=1000.0, help="access link rate (default 1000)")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    sim = sub.add_parser("sim", help="the same experiments on the ns-3 twin of the dumbbell (no root needed)")
+    cmds = sim.add_subparsers(dest="sim_cmd", required=True, parser_class=type(sim))
+
+    s = cmds.add_parser("search", help="smallest buffer keeping the simulated link at the target utilization")
+    s.add_argument("--flows", type=int, default=10, help="long-lived flows (default 10)")
+    add_sim_link_args(s, "sender hosts (default: one per flow up to 400)")
+    s.add_argument("--seed", type=int, default=1, help="the simulation's seed (default 1): same seed, same answer")
+    add_search_args(s)
+    add_result_args(s, "result.json and samples.csv")
+    s.set_defaults(func=cmd_sim_search)
+
+    m = cmds.add_parser("measure", help="utilization, loss and queue of the simulated link at one buffer")
+    m.add_argument("--flows", type=int, default=10, help="long-lived flows (default 10)")
+    add_sim_link_args(m, "sender hosts (default: one per flow up to 400)")
+    m.add_argument("--seed", type=int, default=1, help="the simulation's seed (default 1)")
+    m.add_argument("--buffer-packets", type=int, required=True, help="bottleneck buffer in packets")
+    m.add_argument("--duration", type=float, default=60.0, help="simulated seconds measured (default 60)")
+    m.add_argument("--settle-s", type=float, default=10.0, help="simulated seconds before measuring (default 10)")
+    m.add_argument("--sample-s", type=float, default=1.0, help="length of each utilization sample (default 1)")
+    add_result_args(m, "result.json")
+    m.set_defaults(func=cmd_sim_measure)
+
+    w = cmds.add_parser("sweep", help="one twin search per (N, seed), several at a time, resumable")
+    w.add_argument("--flows", default="2,5,10,20,50,100,200,400,600,800", help="numbers of flows, comma-separated")
+    w.add_argument("--seeds", type=int, default=3, help="searches per N, seeds 1..this (default 3)")
+    add_sim_link_args(w, "most sender hosts; each point uses min(N, this) (default 400)")
+    add_search_args(w)
+    w.add_argument("--jobs", type=int, help="simulations at once (default: one per CPU)")
+    w.add_argument("--out", required=True, help="sweep directory; re-running the same command resumes it")
+    w.set_defaults(func=cmd_sim_sweep)
+
+
+def sim_config(a: argparse.Namespace, flows: int, hosts: int, seed: int) -> SimConfig:
+    if not 1 <= flows <= MAX_SIM_FLOWS:  # before the hosts, which default to min(flows, 400)
+        raise UsageError(f"--flows {flows}: the twin takes 1 to {MAX_SIM_FLOWS}")
+    if not 1 <= hosts <= MAX_SIM_HOSTS:  # before parse_rtts spreads a range over them
+        raise UsageError(f"--hosts {hosts}: must be from 1 to {MAX_SIM_HOSTS}")
+    cfg = SimConfig(hosts, a.rate_mbps, parse_rtts(a.rtt_ms, hosts), a.cc, a.access_mbps, seed)
+    cfg.validate(flows)
+    return cfg
+
+
+def search_options(a: argparse.Namespace, flows: int) -> SearchOptions:
+    samples = a.samples if a.samples is not None else default_samples(a.precision)
+    return SearchOptions(flows, a.target, a.relative_to, samples, a.settle_s, a.sample_s,
+                         resolution=a.resolution if a.resolution is not None else 0.05,
+                         max_samples=a.max_samples or 0, alpha=a.alpha, precision=a.precision, level=a.level,
+                         sample_length=a.sample_length or "measured", max_buffer_packets=a.max_buffer_packets,
+                         first_guess=not a.no_first_guess, tool=a.tool, fidelity_s=a.fidelity_s)  # fmt: skip
+
+
+def cmd_sim_search(a: argparse.Namespace) -> int:
+    from bufsize.sim.search import run_sim_search, validate
+
+    cfg = sim_config(a, a.flows, a.hosts if a.hosts is not None else min(a.flows, 400), a.seed)
+    opts = search_options(a, a.flows)
+    validate(cfg, opts)
+    out = result_dir(a)
+    say = quiet_if(a.json) or (lambda s: print(s, file=sys.stderr, flush=True))
+    result = run_sim_search(cfg, opts, out, say)
+    if a.json:
+        print(json.dumps(result, indent=1))
+    elif out is not None:
+        print(f"result written to {out}/result.json")
+    return 0 if result["valid"] else 3
+
+
+def cmd_sim_measure(a: argparse.Namespace) -> int:
+    """The emulated measure's core on the twin: settle at the buffer, then back-to-back samples."""
+    from bufsize.sim.search import simulator_manifest
+
+    cfg = sim_config(a, a.flows, a.hosts if a.hosts is not None else min(a.flows, 400), a.seed)
+    for name, v, lo, hi in (("--duration", a.duration, 1, 100_000), ("--settle-s", a.settle_s, 0, 100_000),
+                            ("--sample-s", a.sample_s, 0.01, 100_000)):  # fmt: skip
+        if not lo <= v <= hi:
+            raise UsageError(f"{name} {v:g}: must be from {lo:g} to {hi:g}")
+    if a.sample_s > a.duration:
+        raise UsageError("--sample-s is longer than --duration")
+    if not 1 <= a.buffer_packets <= 10_000_000:
+        raise UsageError(f"--buffer-packets {a.buffer_packets}: must be from 1 to 10000000")
+    out = result_dir(a)
+    cal = max(a.buffer_packets, round(CALIBRATION_BDPS * cfg.bdp_bytes / FRAME_BYTES))
+    with SimDumbbell(cfg, a.flows, cal) as net:
+        ref = net.run(max(3.0, a.settle_s)).rate_mbps  # the flows start at the large buffer, as emulated
+        net.set_buffer(a.buffer_packets)
+        if a.settle_s:
+            net.run(a.settle_s)
+        ivs = [net.run(a.sample_s) for _ in range(max(1, round(a.duration / a.sample_s)))]
+        up = net.flows_up()
+    rates = [iv.rate_mbps for iv in ivs]
+    sent, drops = sum(iv.packets for iv in ivs), sum(iv.drops for iv in ivs)
+    result = {
+        "kind": "sim-measure",
+        "flows": a.flows,
+        "flows_up": up,
+        "hosts": cfg.hosts,
+        "cc": cfg.cc,
+        "seed": cfg.seed,
+        "nominal_rate_mbps": cfg.rate_mbps,
+        "buffer_packets": a.buffer_packets,
+        "rate_before_mbps": round(ref, 3),
+        "utilization_median": round(statistics.median(rates) / cfg.rate_mbps, 5),
+        "utilization_mean": round(statistics.fmean(rates) / cfg.rate_mbps, 5),
+        "loss_rate": round(drops / max(1, sent + drops), 6),
+        "queue_mean_packets": round(sum(iv.queue_mean for iv in ivs) / len(ivs), 2),
+        "queue_max_packets": max(iv.queue_max for iv in ivs),
+        "rates_mbps": [round(r, 4) for r in rates],
+        "config": cfg.to_dict(),
+        "manifest": simulator_manifest(cfg),
+    }
+    if out is not None:
+        write_json_atomic(out / "result.json", result)
+    print(json.dumps(result, indent=1) if a.json else
+          f"{a.buffer_packets} packets: utilization {result['utilization_median']:.2%} (median of {len(ivs)} samples), "
+          f"loss {result['loss_rate']:.3%}, queue mean {result['queue_mean_packets']:.1f} "
+          f"max {result['queue_max_packets']}")  # fmt: skip
+    return 0
+
+
+def cmd_sim_sweep(a: argparse.Namespace) -> int:
+    from bufsize.sim.sweep import SimSweepSpec, check_jobs, default_jobs, run_sim_sweep
+
+    flows = parse_flow_list(a.flows)
+    opts = search_options(a, flows[0])
+    search = {k: v for k, v in opts.to_dict().items() if k != "flows"}
+    hosts = a.hosts if a.hosts is not None else 400
+    spec = SimSweepSpec(flows, a.seeds, hosts, a.rate_mbps, a.rtt_ms, a.cc, a.access_mbps, search)
+    spec.validate()
+    jobs = a.jobs if a.jobs is not None else default_jobs()
+    check_jobs(jobs)
+    out = check_out_dir(a.out)
+    res = run_sim_sweep(out, spec, jobs)
+    from bufsize.longlived.report import plot_dir
+
+    for p in plot_dir(out):
+        print(f"wrote {p}", file=sys.stderr)
+    return 0 if not res["failed"] else 1

@@ -1,0 +1,296 @@
+"""The emulation's search on the simulator twin (issue 34): same options, same rule, same result keys.
+
+What is the same as buffersizing/longlived/search.py, and taken from there rather than copied: the
+median-filtered search (MedianSearch) and its stopping rules, the first guess, the settle and sample
+lengths (the model's cycle, or two loss episodes as the bottleneck's drops measure them), the
+calibration at two BDPs that defines the reference rate, and utilization as bytes sent by the
+bottleneck over the reference rate times the sample length. What differs: time is simulated (a
+sample is `run` in ns-3, not a wait), so there is no CPU, pacing-fidelity or leftover check; the
+run is deterministic for a seed, and a result names the simulator, its version and the seed.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from bufsize.longlived.dynamics import Timing, auto_timing, cycle_seconds, episode_interval, loss_cycle
+from bufsize.longlived.dynamics import measured_sample_s as measured_length
+from bufsize.longlived.median_search import MedianSearch, Probe
+from bufsize.longlived.search import (
+    CALIBRATION_AGREE,
+    CALIBRATION_BDPS,
+    MIN_EPISODES,
+    MIN_REFERENCE,
+    FirstGuess,
+    Measurement,
+    SearchOptions,
+    check_searchable,
+    model_guess,
+    sample_rule,
+    stopping_rule,
+    theory,
+    write_samples_csv,
+)
+from bufsize.longlived.traffic import MAX_FLOWS
+from bufsize.manifest import project_commit
+from bufsize.resultdir import write_json_atomic
+from bufsize.topologies import FRAME_BYTES
+from bufsize.topologies.errors import RunError
+from bufsize.topologies.nssim import HELPER, NS3_WHEEL, Interval, SimConfig, SimDumbbell, ns3_version
+from bufsize.topologies.safefiles import make_dirs
+
+# Simulated seconds the warm-up may be extended while flows are still starting (SYN backoff 1+2+4+8+16).
+MAX_START_S = 31.0
+GOOD_REFERENCE = 0.97  # as the emulation's flag (experiment.GOOD_REFERENCE): a simulated link reaches 1.0
+
+
+def validate(cfg: SimConfig, opts: SearchOptions) -> None:
+    """The emulated search's checks, but N beyond the 800 flows one machine can emulate."""
+    cfg.validate(opts.flows)
+    replace(opts, flows=min(opts.flows, MAX_FLOWS)).validate(cfg)  # type: ignore[arg-type]
+    check_searchable(cfg, opts.flows)  # type: ignore[arg-type]
+
+
+def simulator_manifest(cfg: SimConfig) -> dict:
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "simulator": "ns-3",
+        "ns3_version": ns3_version(),
+        "ns3_wheel": NS3_WHEEL,
+        "helper": HELPER.name,
+        "seed": cfg.seed,
+        "congestion_control": cfg.cc,
+        "tcp": "ns-3 TcpLinuxReno/TcpCubic/TcpBbr; SACK, timestamps, window scaling, IW 10, delayed ACK 2 "
+        "segments or 40 ms, PRR, RTO srtt + max(4 rttvar, 200 ms); 1448-byte segments",
+        "project_commit": project_commit(),
+    }
+
+
+class SimProber:
+    """measure(buffer_bytes, n) for MedianSearch, on a running simulated dumbbell."""
+
+    def __init__(self, net: SimDumbbell, opts: SearchOptions, denominator_mbps: float) -> None:
+        self.net, self.opts, self.denominator = net, opts, denominator_mbps
+        self.measurements: list[Measurement] = []
+        self.loss: list = []  # (buffer packets, LossCycle) of each sampled stretch
+
+    def model_cycle(self, buffer_packets: float) -> float:
+        cfg = self.net.cfg
+        return cycle_seconds(
+            cfg.cc, self.opts.flows, cfg.bdp_bytes / FRAME_BYTES, buffer_packets, max(cfg.rtt_ms) / 1000
+        )
+
+    def observe(self, buffer_packets: float, iv: Interval) -> None:
+        times = [iv.t0, *iv.drop_times, iv.t1]
+        drops = [0, *range(1, len(iv.drop_times) + 1), len(iv.drop_times)]
+        rtt_s = max(self.net.cfg.rtt_ms) / 1000
+        self.loss.append((buffer_packets, loss_cycle(times, drops, 2 * rtt_s)))
+
+    def timing(self, buffer_bytes: float) -> Timing:
+        cfg, o = self.net.cfg, self.opts
+        auto = auto_timing(cfg.cc, o.flows, cfg.rate_mbps, max(cfg.rtt_ms), buffer_bytes, max_sample_s=o.max_sample_s)
+        sample_s = auto.sample_s
+        if o.sample_length == "measured":
+            interval = episode_interval(self.loss, self.model_cycle, buffer_bytes / FRAME_BYTES, MIN_EPISODES)
+            if interval is not None:
+                sample_s = measured_length(interval, max(cfg.rtt_ms) / 1000, o.max_sample_s)
+        return Timing(
+            o.settle_s if o.settle_s is not None else auto.settle_s,
+            o.sample_s if o.sample_s is not None else sample_s,
+            auto.warmup_s,
+        )
+
+    def samples(self, n: int, sample_s: float) -> list[Interval]:
+        out = []
+        for _ in range(n):
+            iv = self.net.run(sample_s)
+            self.observe(self.net.buffer_packets, iv)
+            out.append(iv)
+        return out
+
+    def measure(self, buffer_bytes: int, n: int) -> list[float]:
+        timing = self.timing(buffer_bytes)
+        packets = buffer_bytes // FRAME_BYTES
+        settle = 0.0
+        if packets != self.net.buffer_packets:
+            self.net.set_buffer(packets)
+            settle = timing.settle_s
+            self.net.run(settle)
+        t0 = self.net.sim_seconds
+        ivs = self.samples(n, timing.sample_s)
+        rates = [iv.rate_mbps for iv in ivs]
+        span = sum(iv.t1 - iv.t0 for iv in ivs)
+        m = Measurement(
+            packets,
+            round(t0, 3),
+            round(settle, 2),
+            round(timing.sample_s, 2),
+            [round(r, 4) for r in rates],
+            [round(r / self.denominator, 5) for r in rates],
+            sum(iv.drops for iv in ivs),
+            sum(iv.packets for iv in ivs),
+            {},
+            {
+                "mean_packets": round(sum(iv.queue_mean * (iv.t1 - iv.t0) for iv in ivs) / span, 2),
+                "max_packets": max(iv.queue_max for iv in ivs),
+                "drops": sum(iv.drops for iv in ivs),
+            },
+        )
+        self.measurements.append(m)
+        return m.utilization
+
+
+def calibrate(prober: SimProber, nominal_mbps: float, samples: int, say: Callable[[str], None]) -> list[float]:
+    """The emulation's calibration (search.calibrate) on simulated time: half the samples, the rest
+    only where those differ; refused below MIN_REFERENCE of nominal (the twin cannot fall short of
+    its rate for want of CPU, so that would mean too many flows for the pipe)."""
+    sample_s = max(1.0, 10 * max(prober.net.cfg.rtt_ms) / 1000)
+    rates = [iv.rate_mbps for iv in prober.samples(samples // 2, sample_s)]
+    if max(rates) - min(rates) > CALIBRATION_AGREE * statistics.median(rates):
+        rates += [iv.rate_mbps for iv in prober.samples(samples - samples // 2, sample_s)]
+    ref = statistics.median(rates)
+    say(f"  reference rate {ref:.2f} Mb/s ({ref / nominal_mbps:.1%} of {nominal_mbps:g}) from {len(rates)} samples")
+    if ref < MIN_REFERENCE * nominal_mbps:
+        raise RunError(
+            f"the simulated link carried {ref:.2f} of its {nominal_mbps:g} Mb/s with a {CALIBRATION_BDPS}-BDP buffer: "
+            "the flows cannot fill it (too many for the pipe?)"
+        )
+    return rates
+
+
+def run_sim_search(
+    cfg: SimConfig,
+    opts: SearchOptions,
+    out: Path | None = None,
+    say: Callable[[str], None] = print,
+    hint: FirstGuess | None = None,
+) -> dict:
+    """One search on the twin, end to end; with `out`, result.json and samples.csv are written there."""
+    validate(cfg, opts)
+    th = theory(cfg, opts.flows)  # type: ignore[arg-type]
+    cal_packets = math.ceil(CALIBRATION_BDPS * cfg.bdp_bytes / FRAME_BYTES)
+    t_wall = time.monotonic()
+    say(
+        f"sim search: {opts.flows} flows over {cfg.hosts} hosts, {cfg.rate_mbps:g} Mb/s, RTT {max(cfg.rtt_ms):g} ms, "
+        f"cc {cfg.cc}, seed {cfg.seed}, target {opts.target:.1%} of the {opts.relative_to} rate; "
+        f"BDP {th['bdp_packets']:.0f} packets, RTT*C/sqrt(N) {th['theory_sqrt_n_packets']:.1f} (ns-3 {ns3_version()})"
+    )
+    with SimDumbbell(cfg, opts.flows, cal_packets) as net:
+        prober = SimProber(net, opts, cfg.rate_mbps)
+        warm = prober.timing(net.buffer_bytes).warmup_s
+        net.run(warm)
+        # Held until every flow is up, as the emulation holds its flows (a SYN lost among hundreds
+        # of flows starting within a second costs a flow 1 s, then 2, 4, ...).
+        up = net.flows_up()
+        while up < opts.flows and net.sim_seconds < warm + MAX_START_S:
+            net.run(1.0)
+            up = net.flows_up()
+        if net.sim_seconds > warm:
+            net.run(warm)  # the late flows' own warm-up
+        say(f"  {up} of {opts.flows} flows up after {net.sim_seconds:.1f} s at {cal_packets} packets")
+        cal_rates = calibrate(prober, cfg.rate_mbps, max(10, 2 * opts.samples), say)
+        reference = statistics.median(cal_rates)
+        prober.denominator = reference if opts.relative_to == "reference" else cfg.rate_mbps
+        top = min(cal_packets, opts.max_buffer_packets or cal_packets)
+        first = (hint or model_guess(cfg, opts.flows, th)) if opts.first_guess else None  # type: ignore[arg-type]
+        if first:
+            say(f"  first probe at {first.packets} packets: {first.source}")
+        search: MedianSearch | None = None
+
+        def progress(p: Probe) -> None:
+            c = search.crossing() if search and opts.precision else None
+            where = f"; crossing {c.packets:.1f} ({c.low:.1f}..{c.high:.1f})" if c else ""
+            q = prober.measurements[-1].queue
+            say(
+                f"  probe {len(search.probes) if search else 0:2d}: {p.buffer_packets:5d} packets -> median "
+                f"{p.median:.2%} {'pass' if p.passed else 'fail'}{' (re-check)' if p.recheck else ''}, queue mean "
+                f"{q['mean_packets']:.0f} max {q['max_packets']} [{len(p.samples)} samples, {net.sim_seconds:.0f} "
+                f"s simulated{where}]"
+            )
+
+        search = MedianSearch(
+            prober.measure,
+            target=opts.target,
+            hi_packets=top,
+            samples=opts.samples,
+            first_guess_packets=first.packets if first else None,
+            assume_hi_passes=opts.relative_to == "reference" and top == cal_packets,
+            resolution=opts.resolution,
+            sequential=opts.max_samples > opts.samples,
+            alpha=opts.alpha,
+            max_samples=max(opts.max_samples, opts.samples),
+            precision=opts.precision,
+            level=opts.level,
+            progress=progress,
+        )
+        res = search.run()
+        sim_seconds = net.sim_seconds
+
+    answer = res.buffer_packets
+    flags = {
+        "converged": res.converged,
+        "answer_below_search_top": answer < top,
+        "reference_near_nominal": reference >= GOOD_REFERENCE * cfg.rate_mbps,
+        "flows_held_until_all_up": up == opts.flows,
+    }
+    at_answer = episode_interval(prober.loss, prober.model_cycle, answer, min_episodes=1)
+    result = {
+        "kind": "sim-search",
+        "flows": opts.flows,
+        "hosts": cfg.hosts,
+        "cc": cfg.cc,
+        "seed": cfg.seed,
+        "nominal_rate_mbps": cfg.rate_mbps,
+        "reference_rate_mbps": round(reference, 3),
+        "buffer_packets": answer,
+        "buffer_bytes": answer * FRAME_BYTES,
+        "target": opts.target,
+        "relative_to": opts.relative_to,
+        **th,
+        "ratio_to_theory": round(answer / th["theory_sqrt_n_packets"], 3),
+        "calibration_buffer_packets": cal_packets,
+        "search_top_packets": top,
+        "note": res.note,
+        "uncertain_interval_packets": list(res.uncertain_interval_packets or ()),
+        "first_guess": first.to_dict() if first else None,
+        "stopping_rule": stopping_rule(opts),
+        "sample_rule": sample_rule(opts),
+        "loss_episodes": {
+            "seen": round(sum(c.count for _, c in prober.loss), 1),
+            "seconds_traced": round(sum(c.window_s for _, c in prober.loss), 1),
+            "interval_s_at_answer": round(at_answer, 3) if at_answer is not None else None,
+        },
+        "crossing": res.crossing.to_dict() if res.crossing else None,
+        "calibration_rates_mbps": [round(r, 3) for r in cal_rates],
+        "loss_rate_at_answer": next(
+            (round(m.loss_rate, 6) for m in reversed(prober.measurements) if m.buffer_packets == answer), None
+        ),
+        "queue_at_answer": next((m.queue for m in reversed(prober.measurements) if m.buffer_packets == answer), None),
+        "valid": all(v is not False for v in flags.values()),
+        "flags": flags,
+        "wall_seconds": round(time.monotonic() - t_wall, 1),
+        "simulated_seconds": round(sim_seconds, 1),
+        "options": opts.to_dict(),
+        "config": cfg.to_dict(),
+        "manifest": simulator_manifest(cfg),
+        "probes": [asdict(p) for p in res.probes],
+        "measurements": [asdict(m) | {"loss_rate": round(m.loss_rate, 6)} for m in prober.measurements],
+    }
+    if out is not None:
+        make_dirs(out)
+        write_samples_csv(out / "samples.csv", prober.measurements)
+        write_json_atomic(out / "result.json", result)
+    say(
+        f"  answer: {answer} packets, {result['ratio_to_theory']}x RTT*C/sqrt(N); "
+        f"{'valid' if result['valid'] else 'FLAGGED: ' + ', '.join(k for k, v in flags.items() if v is False)}; "
+        f"{sim_seconds:.0f} s simulated in {result['wall_seconds']:.0f} s"
+    )
+    return result

@@ -1,0 +1,185 @@
+"""The ns-3 twin (issue 34): it builds, simulates the dumbbell it claims to, answers deterministically
+for a seed, spreads across seeds, and leaves no process behind. No root: nothing is built on the machine."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import BUFSIZE
+
+from bufsize.longlived.search import SearchOptions
+from bufsize.sim.search import run_sim_search
+from bufsize.topologies.errors import UsageError
+from bufsize.topologies.nssim import HELPER, NS3_WHEEL, SimConfig, SimDumbbell, ns3_version, twin_ready
+
+REPO = Path(__file__).resolve().parents[1]
+# The issue's small search: N = 10 over 10 Mb/s and 20 ms (a pipe of 16.5 packets).
+SMALL = {"rate_mbps": 10.0, "rtt_ms": 20.0}
+
+
+def small(seed: int, flows: int = 10, cc: str = "reno") -> SimConfig:
+    return SimConfig(hosts=flows, rate_mbps=SMALL["rate_mbps"], rtt_ms=[SMALL["rtt_ms"]] * flows, cc=cc, seed=seed)
+
+
+def search(seed: int, **kw: object) -> dict:
+    return run_sim_search(small(seed), SearchOptions(flows=10, **kw), say=lambda s: None)  # type: ignore[arg-type]
+
+
+def test_twin_is_built_against_the_pinned_ns3():
+    assert twin_ready(), "setup.sh installs the ns3 wheel and builds topologies/nssim/bsz-nssim"
+    assert ns3_version() == NS3_WHEEL.split("==")[1].split(".post")[0]
+    setup = (REPO / "setup.sh").read_text()
+    assert f"NS3_WHEEL={NS3_WHEEL}" in setup  # setup installs the wheel the code names
+
+
+def test_bottleneck_carries_its_rate_in_ethernet_frames_and_its_buffer_caps_the_queue():
+    """At a large buffer the link is full: bytes over time are C counted in 1514-byte frames, as the
+    emulation's interface counters count them. At 3 packets the backlog never exceeds 3, and drops
+    happen; the limit changes in place (packets already queued stay, as with bfifo)."""
+    with SimDumbbell(small(1), 10, 40) as net:
+        net.run(3.0)
+        full = net.run(5.0)
+        assert full.rate_mbps == pytest.approx(10.0, rel=0.002)
+        assert full.queue_max <= 40 and full.queue_mean > 5
+        net.set_buffer(3)
+        net.run(2.0)
+        tight = net.run(5.0)
+        assert tight.queue_max <= 3 and tight.drops > 0
+        assert len(tight.drop_times) > 0 and all(tight.t0 <= t <= tight.t1 for t in tight.drop_times)
+        assert net.flows_up() == 10
+        pid = net.proc.pid
+    assert net.proc is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # reaped: nothing left running
+
+
+def test_same_seed_same_search_and_another_seed_another_run():
+    a, b = search(1), search(1)
+    assert a["buffer_packets"] == b["buffer_packets"]
+    lo, hi = a["uncertain_interval_packets"] or [a["buffer_packets"]] * 2
+    assert lo <= b["buffer_packets"] <= hi
+    assert a["measurements"] == b["measurements"]  # every sample, not only the answer
+    c = search(2)
+    assert [m["utilization"] for m in c["measurements"]] != [m["utilization"] for m in a["measurements"]]
+    assert a["manifest"]["simulator"] == "ns-3" and a["manifest"]["seed"] == 1 and c["manifest"]["seed"] == 2
+
+
+def test_seeds_spread_like_the_emulation_and_answer_near_the_model():
+    """Five seeds: every search valid and converged, the answers' CV within the emulation's committed
+    range doubled (0-12 %; a 4-packet answer moves 25 % a packet), and the median within a factor 2
+    of RTT*C/sqrt(N) (5.2 packets), as Reno's answers on the emulated line are (1.1-1.65 x)."""
+    answers = []
+    for seed in range(1, 6):
+        r = search(seed)
+        assert r["valid"], r["flags"]
+        answers.append(r["buffer_packets"])
+    cv = statistics.pstdev(answers) / statistics.mean(answers)
+    assert cv <= 0.25, answers
+    assert 0.5 * 5.2 <= statistics.median(answers) <= 2 * 5.2, answers
+
+
+def test_precision_rule_runs_on_the_twin():
+    r = search(3, precision=0.2, samples=3)
+    assert r["stopping_rule"] == "precision" and r["crossing"] is not None
+    assert r["simulated_seconds"] > r["wall_seconds"]  # faster than real time at this scale
+
+
+def test_helper_refuses_bad_arguments_and_commands():
+    res = subprocess.run([str(HELPER), "--flows", "2", "--hosts", "2", "--cc", "vegas"], capture_output=True, text=True)
+    assert res.returncode == 2 and "--cc vegas" in res.stderr
+    res = subprocess.run([str(HELPER), "--flows", "1", "--hosts", "2"], capture_output=True, text=True)
+    assert res.returncode == 2 and "more hosts than flows" in res.stderr
+    res = subprocess.run([str(HELPER), "--flows", "nan"], capture_output=True, text=True)
+    assert res.returncode == 2
+    res = subprocess.run([str(HELPER), "--flows", "2", "--hosts", "2", "--rtt-ms", "20"], input="buffer 0\nrun -1\n"
+                         "frobnicate\nquit\n", capture_output=True, text=True, timeout=30)  # fmt: skip
+    replies = [json.loads(line) for line in res.stdout.splitlines()]
+    assert res.returncode == 0 and [("error" in r) for r in replies] == [False, True, True, True]
+
+
+@pytest.mark.parametrize(
+    "cfg,flows,needle",
+    [
+        (SimConfig(2, 10.0, [20.0, 20.0], cc="vegas"), 2, "--cc vegas"),
+        (SimConfig(3, 10.0, [20.0] * 3), 2, "--hosts 3"),
+        (SimConfig(1, float("nan"), [20.0]), 1, "--rate-mbps nan"),
+        (SimConfig(1, 10.0, [20.0], access_mbps=5.0), 1, "--access-mbps 5"),
+        (SimConfig(1, 10.0, [20.0], seed=0), 1, "--seed 0"),
+    ],
+)
+def test_config_refused_before_a_process_starts(cfg, flows, needle):
+    with pytest.raises(UsageError, match=re.escape(needle)):
+        SimDumbbell(cfg, flows, 10)
+
+
+def test_sim_sweep_command_writes_resumes_and_plots(tmp_path):
+    out = tmp_path / "sweep"
+    args = [BUFSIZE, "sim", "sweep", "--flows", "10,20", "--seeds", "2", "--rate-mbps", "10", "--rtt-ms", "20",
+            "--precision", "0.2", "--jobs", "2", "--out", str(out)]  # fmt: skip
+    res = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    results = [json.loads((out / f"n{n:04d}-run{s}" / "result.json").read_text()) for n in (10, 20) for s in (1, 2)]
+    assert [(r["flows"], r["seed"]) for r in results] == [(10, 1), (10, 2), (20, 1), (20, 2)]
+    assert all(r["kind"] == "sim-search" and r["buffer_packets"] >= 1 for r in results)
+    assert json.loads((out / "manifest.json").read_text())["machine"]["simulator"] == "ns-3"
+    assert (out / "figure.png").exists() and (out / "table.md").exists()
+    again = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "4 of 4 points already finished" in again.stderr
+    other = subprocess.run([*args[:-2], "--seeds", "3", "--out", str(out)], capture_output=True, text=True)
+    assert other.returncode == 2 and "other settings" in other.stderr  # a sweep resumes only as made
+    # The overlay: a sweep plotted with a twin sweep gains the twin's medians and the ratio per N
+    # (here the twin against itself, so each ratio is exactly 1).
+    plotted = subprocess.run([BUFSIZE, "plot", str(out), "--with-sim", str(out)], capture_output=True, text=True)
+    assert plotted.returncode == 0, plotted.stderr
+    with open(out / "table.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["flows"] for r in rows] == ["10", "20"]
+    assert all(float(r["ratio_to_sim"]) == 1.0 and float(r["sim_median_packets"]) >= 1 for r in rows)
+    assert "emulation/twin" in (out / "table.md").read_text()
+
+
+def test_plot_with_sim_refuses_what_is_not_a_twin_sweep(tmp_path):
+    sweep = tmp_path / "emulated"
+    (sweep / "n0010-run1").mkdir(parents=True)
+    (sweep / "n0010-run1" / "result.json").write_text(json.dumps({"kind": "search", "flows": 10}))
+    res = subprocess.run([BUFSIZE, "plot", str(sweep), "--with-sim", str(sweep)], capture_output=True, text=True)
+    assert res.returncode == 2 and "not a twin sweep" in res.stderr
+    res = subprocess.run([BUFSIZE, "plot", str(sweep), "--with-sim", str(tmp_path / "none")], capture_output=True,
+                         text=True)  # fmt: skip
+    assert res.returncode == 2 and "--with-sim" in res.stderr
+
+
+def test_stopped_sim_sweep_leaves_no_process_behind(tmp_path):
+    """SIGTERM to `bufsize sim sweep` ends its point processes and their simulators (all ours, by PID),
+    and the points it stopped are not counted as finished: a re-run tries them again."""
+    out = tmp_path / "sweep"
+    args = [BUFSIZE, "sim", "sweep", "--flows", "200,100", "--seeds", "1", "--jobs", "2", "--out", str(out)]
+    sweep = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        helpers: list[psutil.Process] = []
+        while time.monotonic() < deadline and len(helpers) < 2:
+            time.sleep(0.2)
+            kids = psutil.Process(sweep.pid).children(recursive=True)
+            helpers = [k for k in kids if k.name() == HELPER.name]
+        assert len(helpers) == 2, "both points should be simulating"
+        family = psutil.Process(sweep.pid).children(recursive=True)
+        sweep.send_signal(signal.SIGTERM)
+        sweep.communicate(timeout=60)
+        gone, alive = psutil.wait_procs(family, timeout=30)
+        assert not alive, alive
+        assert not any((out / d / "result.json").exists() for d in ("n0200-run1", "n0100-run1"))
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.communicate()

@@ -1,0 +1,207 @@
+"""The simulator twin's dumbbell: one bsz-nssim process (topologies/nssim/nssim.cc, ns-3) per run.
+
+The emulated dumbbell changes its bottleneck buffer in place while the flows run and is read from
+interface counters; the twin offers the same two operations on simulated time (set_buffer, run),
+so a search on top of it is the emulation's search with simulated seconds instead of wall seconds.
+The process is ours alone: started with an argument list, spoken to on its stdin and stdout, and
+ended by its own PID (closing its stdin ends it; a kill only if it does not).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sysconfig
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from bufsize.topologies import FRAME_BYTES
+from bufsize.topologies.errors import MachineError, RunError, UsageError
+
+HELPER = Path(__file__).resolve().parent / "nssim" / "bsz-nssim"
+SIM_CCS = ("reno", "cubic", "bbr")  # ns-3's TcpLinuxReno, TcpCubic, TcpBbr
+# The wheel setup.sh installs (its headers and libraries build the helper); pinned so that a result
+# names the simulator it came from and the twin answers the same way on every machine.
+NS3_WHEEL = "ns3==3.44.post0"
+MAX_SIM_FLOWS = 100_000
+MAX_SIM_HOSTS = 10_000
+
+
+def ns3_dir() -> Path:
+    """Where the ns3 wheel's headers and libraries are (in this Python's site-packages)."""
+    return Path(sysconfig.get_paths()["purelib"]) / "ns3"
+
+
+def ns3_version() -> str | None:
+    """The ns-3 release the helper links against (from its core library's name), None if absent."""
+    for lib in sorted((ns3_dir() / "lib64").glob("libns3.*-core.so")):
+        m = re.fullmatch(r"libns3\.([0-9]+)-core\.so", lib.name)
+        if m:
+            return f"3.{m.group(1)}"  # ns-3 names its libraries after the minor release (3.44 -> ns3.44)
+    return None
+
+
+def twin_ready() -> bool:
+    return HELPER.exists() and ns3_version() is not None
+
+
+def twin_status() -> str:
+    """For `bufsize doctor`: whether `bufsize sim` can run here, and if not what to do."""
+    version = ns3_version()
+    if version is None:
+        return f"not installed (./setup.sh installs the {NS3_WHEEL} wheel and builds the twin)"
+    if not HELPER.exists():
+        return f"ns-3 {version} present, {HELPER.name} not built (run ./setup.sh)"
+    return f"ns-3 {version}, {HELPER.name} built"
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """A simulated dumbbell: the emulated one's fields that mean something in the simulator."""
+
+    hosts: int
+    rate_mbps: float
+    rtt_ms: list[float]
+    cc: str = "reno"
+    access_mbps: float = 1000.0
+    seed: int = 1
+
+    @property
+    def bdp_bytes(self) -> int:
+        """Bandwidth-delay product at the largest RTT, in bytes (as DumbbellConfig.bdp_bytes)."""
+        return int(self.rate_mbps * 1e6 / 8 * max(self.rtt_ms) / 1000)
+
+    def validate(self, flows: int) -> None:
+        if not 1 <= flows <= MAX_SIM_FLOWS:
+            raise UsageError(f"--flows {flows}: the twin takes 1 to {MAX_SIM_FLOWS}")
+        if not 1 <= self.hosts <= MAX_SIM_HOSTS:
+            raise UsageError(f"--hosts {self.hosts}: the twin takes 1 to {MAX_SIM_HOSTS}")
+        if self.hosts > flows:
+            raise UsageError(f"--hosts {self.hosts} is more than --flows {flows}: a host without a flow")
+        if not 0.1 <= self.rate_mbps <= 100_000:
+            raise UsageError(f"--rate-mbps {self.rate_mbps:g}: the twin takes 0.1 to 100000")
+        if len(self.rtt_ms) != self.hosts or not all(0 <= r <= 10_000 for r in self.rtt_ms):
+            raise UsageError("--rtt-ms: one RTT from 0 to 10000 ms per host")
+        if self.cc not in SIM_CCS:
+            raise UsageError(f"--cc {self.cc}: the twin has {', '.join(SIM_CCS)}")
+        if not self.rate_mbps <= self.access_mbps <= 1_000_000:
+            raise UsageError(
+                f"--access-mbps {self.access_mbps:g}: at least the bottleneck rate, at most 1000000 (no unshaped links)"
+            )
+        if not 1 <= self.seed <= 2**31:
+            raise UsageError(f"--seed {self.seed}: a whole number from 1 to {2**31}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Interval:
+    """What the bottleneck did over one `run` of simulated time."""
+
+    t0: float
+    t1: float
+    bytes: int  # Ethernet frame bytes sent by the bottleneck (the emulation's interface counter)
+    packets: int
+    drops: int
+    flows_up: int
+    queue_mean: float
+    queue_max: int
+    drop_times: list[float] = field(default_factory=list)  # each millisecond that saw a drop
+
+    @property
+    def rate_mbps(self) -> float:
+        return self.bytes * 8 / (self.t1 - self.t0) / 1e6
+
+
+class SimDumbbell:
+    """with SimDumbbell(cfg, flows, buffer_packets) as net: net.run(5.0); net.set_buffer(40)"""
+
+    def __init__(self, cfg: SimConfig, flows: int, buffer_packets: int) -> None:
+        cfg.validate(flows)
+        if not twin_ready():
+            raise MachineError(f"the simulator twin is not available: {twin_status()}")
+        self.cfg, self.flows = cfg, flows
+        self.buffer_packets = buffer_packets
+        self.proc: subprocess.Popen[str] | None = None
+        self.sim_seconds = 0.0
+
+    def args(self) -> list[str]:
+        c = self.cfg
+        return [str(HELPER), "--flows", str(self.flows), "--hosts", str(c.hosts), "--rate-mbps", repr(c.rate_mbps),
+                "--rtt-ms", ",".join(repr(float(r)) for r in c.rtt_ms), "--cc", c.cc,
+                "--access-mbps", repr(c.access_mbps), "--buffer-packets", str(self.buffer_packets),
+                "--seed", str(c.seed)]  # fmt: skip
+
+    def __enter__(self) -> SimDumbbell:
+        self.proc = subprocess.Popen(
+            self.args(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        self._read()  # {"ready": true}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        p, self.proc = self.proc, None
+        if p is None:
+            return
+        try:
+            if p.poll() is None and p.stdin:
+                p.stdin.write("quit\n")
+                p.stdin.flush()
+        except OSError:
+            pass  # it has gone already
+        try:
+            p.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()  # our own child, by its PID
+            p.communicate()
+
+    def _send(self, line: str) -> dict:
+        if self.proc is None or self.proc.stdin is None:
+            raise RunError("the simulator is not running")
+        try:
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+        except OSError as e:
+            raise RunError(f"the simulator stopped: {self._stderr()}") from e
+        return self._read()
+
+    def _read(self) -> dict:
+        assert self.proc is not None and self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RunError(f"the simulator stopped: {self._stderr()}")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RunError(f"the simulator refused a command: {reply['error']}")
+        return reply
+
+    def _stderr(self) -> str:
+        assert self.proc is not None
+        try:
+            _, err = self.proc.communicate(timeout=5)
+        except (subprocess.TimeoutExpired, ValueError, OSError):
+            err = ""
+        return " ".join((err or "").split())[-400:] or f"exit status {self.proc.returncode}"
+
+    def set_buffer(self, packets: int) -> None:
+        self._send(f"buffer {int(packets)}")
+        self.buffer_packets = int(packets)
+
+    @property
+    def buffer_bytes(self) -> int:
+        return self.buffer_packets * FRAME_BYTES
+
+    def run(self, seconds: float) -> Interval:
+        if not seconds > 0:
+            raise UsageError(f"a simulated interval must be longer than 0 s, not {seconds:g}")
+        r = self._send(f"run {seconds!r}")
+        self.sim_seconds = r["t1"]
+        return Interval(**r)
+
+    def flows_up(self) -> int:
+        return int(self._send("status")["flows_up"])
