@@ -29,7 +29,7 @@ from bufsize.longlived.dynamics import (
     loss_cycle,
     measured_sample_s,
 )
-from bufsize.longlived.median_search import MedianSearch, Probe
+from bufsize.longlived.median_search import MedianSearch, Probe, SearchResult
 from bufsize.longlived.traffic import LongFlows, split_flows
 from bufsize.monitors.cpu import CpuMonitor
 from bufsize.monitors.rate import sample_rates
@@ -359,13 +359,52 @@ def calibrate(prober: LinkProber, nominal_mbps: float, samples: int, log: Callab
     )
 
 
-def loss_summary(prober: LinkProber, answer_packets: int) -> dict:
+def loss_summary(prober: LinkProber, answer_packets: int) -> dict:  # or the twin's SimProber
     """The loss episodes the samples saw, and the interval between them the trace gives at the answer."""
     interval = episode_interval(prober.loss, prober.model_cycle, answer_packets, min_episodes=1)
     return {
         "seen": round(sum(c.count for _, c in prober.loss), 1),
         "seconds_traced": round(sum(c.window_s for _, c in prober.loss), 1),
         "interval_s_at_answer": round(interval, 3) if interval is not None else None,
+    }
+
+
+def answer_fields(
+    res: SearchResult,
+    opts: SearchOptions,
+    th: dict,
+    cal_packets: int,
+    top: int,
+    first: FirstGuess | None,
+    loss: dict,
+    cal_rates: list[float],
+    measurements: list[Measurement],
+) -> dict:
+    """What a search's result says about its answer and how it was reached: the keys the emulated
+    search and the ns-3 twin (buffersizing/sim/search.py) share."""
+    answer = res.buffer_packets
+    return {
+        "buffer_packets": answer,
+        "buffer_bytes": answer * FRAME_BYTES,
+        "target": opts.target,
+        "relative_to": opts.relative_to,
+        **th,
+        "ratio_to_theory": round(answer / th["theory_sqrt_n_packets"], 3),
+        "calibration_buffer_packets": cal_packets,
+        "search_top_packets": top,
+        "note": res.note,
+        "uncertain_interval_packets": list(res.uncertain_interval_packets or ()),
+        "first_guess": first.to_dict() if first else None,
+        "stopping_rule": stopping_rule(opts),
+        "sample_rule": sample_rule(opts),
+        "loss_episodes": loss,
+        "crossing": res.crossing.to_dict() if res.crossing else None,
+        "calibration_rates_mbps": [round(r, 3) for r in cal_rates],
+        "loss_rate_at_answer": next(
+            (round(m.loss_rate, 6) for m in reversed(measurements) if m.buffer_packets == answer), None
+        ),
+        "probes": [asdict(p) for p in res.probes],
+        "measurements": [asdict(m) | {"loss_rate": round(m.loss_rate, 6)} for m in measurements],
     }
 
 
@@ -466,32 +505,11 @@ def run_search(
     idles = [m.cpu["idle"] for m in prober.measurements]
     cpu_idle_min = min(idles) if idles else None
     own_flags = {"converged": res.converged, "answer_below_search_top": answer < top}
-    fields = {
-        "buffer_packets": answer,
-        "buffer_bytes": answer * FRAME_BYTES,
-        "target": opts.target,
-        "relative_to": opts.relative_to,
-        **th,
-        "ratio_to_theory": round(answer / th["theory_sqrt_n_packets"], 3),
-        "calibration_buffer_packets": cal_packets,
-        "search_top_packets": top,
-        "note": res.note,
-        "uncertain_interval_packets": list(res.uncertain_interval_packets or ()),
-        "first_guess": first.to_dict() if first else None,
-        "stopping_rule": stopping_rule(opts),
-        "sample_rule": sample_rule(opts),
-        "loss_episodes": loss_summary(prober, answer),
-        "crossing": res.crossing.to_dict() if res.crossing else None,
-        "calibration_rates_mbps": [round(r, 3) for r in cal_rates],
-        "cpu": {
-            "min_idle_share": round(cpu_idle_min, 3) if cpu_idle_min is not None else None,
-            "per_measurement": [m.cpu for m in prober.measurements],
-        },
-        "loss_rate_at_answer": next(
-            (round(m.loss_rate, 6) for m in reversed(prober.measurements) if m.buffer_packets == answer), None
-        ),
-        "probes": [asdict(p) for p in res.probes],
-        "measurements": [asdict(m) | {"loss_rate": round(m.loss_rate, 6)} for m in prober.measurements],
+    fields = answer_fields(res, opts, th, cal_packets, top, first, loss_summary(prober, answer), cal_rates,
+                           prober.measurements)  # fmt: skip
+    fields["cpu"] = {
+        "min_idle_share": round(cpu_idle_min, 3) if cpu_idle_min is not None else None,
+        "per_measurement": [m.cpu for m in prober.measurements],
     }
     result = ex.finish(
         fields,

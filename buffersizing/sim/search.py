@@ -16,7 +16,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 from bufsize.longlived.dynamics import Timing, auto_timing, cycle_seconds, episode_interval, loss_cycle
@@ -30,10 +30,10 @@ from bufsize.longlived.search import (
     FirstGuess,
     Measurement,
     SearchOptions,
+    answer_fields,
     check_searchable,
+    loss_summary,
     model_guess,
-    sample_rule,
-    stopping_rule,
     theory,
     write_samples_csv,
 )
@@ -241,7 +241,6 @@ def run_sim_search(
         "reference_near_nominal": reference >= GOOD_REFERENCE * cfg.rate_mbps,
         "flows_held_until_all_up": up == opts.flows,
     }
-    at_answer = episode_interval(prober.loss, prober.model_cycle, answer, min_episodes=1)
     result = {
         "kind": "sim-search",
         "flows": opts.flows,
@@ -250,28 +249,16 @@ def run_sim_search(
         "seed": cfg.seed,
         "nominal_rate_mbps": cfg.rate_mbps,
         "reference_rate_mbps": round(reference, 3),
-        "buffer_packets": answer,
-        "buffer_bytes": answer * FRAME_BYTES,
-        "target": opts.target,
-        "relative_to": opts.relative_to,
-        **th,
-        "ratio_to_theory": round(answer / th["theory_sqrt_n_packets"], 3),
-        "calibration_buffer_packets": cal_packets,
-        "search_top_packets": top,
-        "note": res.note,
-        "uncertain_interval_packets": list(res.uncertain_interval_packets or ()),
-        "first_guess": first.to_dict() if first else None,
-        "stopping_rule": stopping_rule(opts),
-        "sample_rule": sample_rule(opts),
-        "loss_episodes": {
-            "seen": round(sum(c.count for _, c in prober.loss), 1),
-            "seconds_traced": round(sum(c.window_s for _, c in prober.loss), 1),
-            "interval_s_at_answer": round(at_answer, 3) if at_answer is not None else None,
-        },
-        "crossing": res.crossing.to_dict() if res.crossing else None,
-        "calibration_rates_mbps": [round(r, 3) for r in cal_rates],
-        "loss_rate_at_answer": next(
-            (round(m.loss_rate, 6) for m in reversed(prober.measurements) if m.buffer_packets == answer), None
+        **answer_fields(
+            res,
+            opts,
+            th,
+            cal_packets,
+            top,
+            first,
+            loss_summary(prober, answer),  # type: ignore[arg-type]  # SimProber has the .loss and .model_cycle it reads
+            cal_rates,
+            prober.measurements,
         ),
         "queue_at_answer": next((m.queue for m in reversed(prober.measurements) if m.buffer_packets == answer), None),
         "valid": all(v is not False for v in flags.values()),
@@ -281,8 +268,6 @@ def run_sim_search(
         "options": opts.to_dict(),
         "config": cfg.to_dict(),
         "manifest": simulator_manifest(cfg),
-        "probes": [asdict(p) for p in res.probes],
-        "measurements": [asdict(m) | {"loss_rate": round(m.loss_rate, 6)} for m in prober.measurements],
     }
     if out is not None:
         make_dirs(out)
