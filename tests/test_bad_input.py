@@ -63,6 +63,7 @@ BASE = {
     "sim search": ["--out", OUT],
     "sim measure": ["--buffer-packets", "10", "--out", OUT],
     "sim sweep": ["--out", OUT, "--flows", "2"],
+    "sim shortexp": ["loss", "--out", OUT],
 }
 SHORTFLOWS_VALID = {
     "--access-mbps": {"0"}, "--rtt-ms": {"0"}, "--fidelity-s": {"0"},
@@ -112,7 +113,7 @@ VALID: dict[tuple[str, str], set[str]] = {
 
 
 def subparsers() -> dict[str, argparse.ArgumentParser]:
-    """Every command, the twin's as 'sim search', 'sim measure', 'sim sweep'."""
+    """Every command, the twin's as 'sim search', 'sim measure', 'sim sweep', 'sim shortexp'."""
 
     def level(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
         return dict(next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices)
@@ -205,6 +206,7 @@ def in_process(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr("bufsize.sim.cli.SimDumbbell", tripwire)  # the twin: past validation, it simulates
     monkeypatch.setattr("bufsize.sim.search.run_sim_search", tripwire)
     monkeypatch.setattr("bufsize.sim.sweep.run_sim_sweep", tripwire)
+    monkeypatch.setattr("bufsize.sim.shortexp.run_twin_loss", tripwire)
     monkeypatch.setattr(cli.signal, "signal", lambda *a: None)  # main's handlers are for a whole process
     monkeypatch.chdir(tmp_path)  # plot's 'nan', 'inf', ... are paths relative to here
 

@@ -72,12 +72,13 @@ class SimConfig:
         """Bandwidth-delay product at the largest RTT, in bytes (as DumbbellConfig.bdp_bytes)."""
         return int(self.rate_mbps * 1e6 / 8 * max(self.rtt_ms) / 1000)
 
-    def validate(self, flows: int) -> None:
-        if not 1 <= flows <= MAX_SIM_FLOWS:
-            raise UsageError(f"--flows {flows}: the twin takes 1 to {MAX_SIM_FLOWS}")
+    def validate(self, flows: int, short_flows: bool = False) -> None:
+        """`short_flows`: transfers are added on top (add_transfer, add_user), so no long flow is needed."""
+        if not (0 if short_flows else 1) <= flows <= MAX_SIM_FLOWS:
+            raise UsageError(f"--flows {flows}: the twin takes {0 if short_flows else 1} to {MAX_SIM_FLOWS}")
         if not 1 <= self.hosts <= MAX_SIM_HOSTS:
             raise UsageError(f"--hosts {self.hosts}: the twin takes 1 to {MAX_SIM_HOSTS}")
-        if self.hosts > flows:
+        if flows and self.hosts > flows:
             raise UsageError(f"--hosts {self.hosts} is more than --flows {flows}: a host without a flow")
         if not 0.1 <= self.rate_mbps <= 100_000:
             raise UsageError(f"--rate-mbps {self.rate_mbps:g}: the twin takes 0.1 to 100000")
@@ -118,8 +119,8 @@ class Interval:
 class SimDumbbell:
     """with SimDumbbell(cfg, flows, buffer_packets) as net: net.run(5.0); net.set_buffer(40)"""
 
-    def __init__(self, cfg: SimConfig, flows: int, buffer_packets: int) -> None:
-        cfg.validate(flows)
+    def __init__(self, cfg: SimConfig, flows: int, buffer_packets: int, short_flows: bool = False) -> None:
+        cfg.validate(flows, short_flows)
         if not twin_ready():
             raise MachineError(f"the simulator twin is not available: {twin_status()}")
         self.cfg, self.flows = cfg, flows
@@ -205,3 +206,33 @@ class SimDumbbell:
 
     def flows_up(self) -> int:
         return int(self._send("status")["flows_up"])
+
+    # ---- short transfers (flows of a given size; nssim.cc's transfer, user and transfers) ----------
+
+    def add_transfer(self, at_s: float, host: int, size_bytes: int) -> None:
+        """An open-loop transfer: at simulated time at_s, `host` sends size_bytes on a new connection."""
+        self._send(f"transfer {at_s!r} {int(host)} {int(size_bytes)}")
+
+    def add_user(self, host: int, until_s: float, cycles: list[tuple[float, int]]) -> None:
+        """A closed-loop user: (think seconds, bytes) in turn, each transfer after the previous one
+        completes; none starts after simulated time until_s."""
+        pairs = " ".join(f"{think!r} {int(size)}" for think, size in cycles)
+        self._send(f"user {int(host)} {until_s!r} {pairs}")
+
+    def transfers(self) -> list[SimTransfer]:
+        """Every transfer started so far, in the order they started."""
+        return [
+            SimTransfer(int(h), int(b), s, None if d < 0 else d) for h, b, s, d in self._send("transfers")["transfers"]
+        ]
+
+
+@dataclass(frozen=True)
+class SimTransfer:
+    host: int
+    size_bytes: int
+    start: float  # simulated seconds
+    done: float | None  # when the receiver had every byte; None: not by the last `run`
+
+    @property
+    def fct_s(self) -> float | None:
+        return None if self.done is None else self.done - self.start

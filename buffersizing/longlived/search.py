@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
 
 from bufsize.experiment import MAX_WAIT_S, MIN_SAMPLE_S, Experiment, Say, check_fidelity_s
 from bufsize.longlived.dynamics import (
@@ -82,7 +83,12 @@ class SearchOptions:
 
     def validate(self, cfg: DumbbellConfig) -> None:
         """Every option, then whether a search of this link with this many flows means anything."""
-        split_flows(self.flows, 1)
+        split_flows(self.flows, 1)  # at most the flows one machine can emulate
+        self.validate_rule()
+        check_searchable(cfg, self.flows)
+
+    def validate_rule(self) -> None:
+        """The options of the search itself, whatever runs it (the emulation or the twin)."""
         check_number("--target", self.target, 0.5, 1.0)
         if self.relative_to not in RELATIVE_TO:
             raise UsageError(f"--relative-to {self.relative_to}: must be one of {', '.join(RELATIVE_TO)}")
@@ -107,7 +113,6 @@ class SearchOptions:
         if self.max_buffer_packets is not None and not 1 <= self.max_buffer_packets <= 1_000_000:
             raise UsageError(f"--max-buffer-packets {self.max_buffer_packets}: must be from 1 to 1000000")
         check_fidelity_s(self.fidelity_s)
-        check_searchable(cfg, self.flows)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -239,6 +244,30 @@ class Measurement:
         return self.bottleneck_drops / max(1, self.packets_sent + self.bottleneck_drops)
 
 
+class LinkSpec(Protocol):
+    """What a probe's timing needs of a link: the emulated DumbbellConfig and the twin's SimConfig."""
+
+    cc: str
+    rate_mbps: float
+    rtt_ms: list[float]
+
+
+def probe_timing(cfg: LinkSpec, opts: SearchOptions, buffer_bytes: float, interval_s: float | None) -> Timing:
+    """A probe's settle and sample time: the model's cycle at this buffer (auto_timing), the sample
+    spanning measured loss episodes once `interval_s` between them is known, and the user's own
+    --settle-s and --sample-s over both. One rule for the emulated search and the twin's."""
+    rtt_ms = max(cfg.rtt_ms)
+    auto = auto_timing(cfg.cc, opts.flows, cfg.rate_mbps, rtt_ms, buffer_bytes, max_sample_s=opts.max_sample_s)
+    sample_s = auto.sample_s
+    if interval_s is not None:
+        sample_s = measured_sample_s(interval_s, rtt_ms / 1000, opts.max_sample_s)
+    return Timing(
+        opts.settle_s if opts.settle_s is not None else auto.settle_s,
+        opts.sample_s if opts.sample_s is not None else sample_s,
+        auto.warmup_s,
+    )
+
+
 class LinkProber:
     """measure(buffer_bytes, n) for MedianSearch, on a running dumbbell with its flows."""
 
@@ -277,19 +306,8 @@ class LinkProber:
         return episode_interval(self.loss, self.model_cycle, buffer_packets, MIN_EPISODES)
 
     def timing(self, buffer_bytes: float) -> Timing:
-        cfg = self.net.cfg
-        auto = auto_timing(
-            cfg.cc, self.opts.flows, cfg.rate_mbps, max(cfg.rtt_ms), buffer_bytes, max_sample_s=self.opts.max_sample_s
-        )
-        sample_s = auto.sample_s
         interval = self.episode_interval(buffer_bytes / FRAME_BYTES) if self.opts.sample_length == "measured" else None
-        if interval is not None:
-            sample_s = measured_sample_s(interval, max(cfg.rtt_ms) / 1000, self.opts.max_sample_s)
-        return Timing(
-            self.opts.settle_s if self.opts.settle_s is not None else auto.settle_s,
-            self.opts.sample_s if self.opts.sample_s is not None else sample_s,
-            auto.warmup_s,
-        )
+        return probe_timing(self.net.cfg, self.opts, buffer_bytes, interval)
 
     def rates(self, n: int, sample_s: float) -> list[float]:
         """n back-to-back samples of the bottleneck's transmit rate, in Mb/s."""

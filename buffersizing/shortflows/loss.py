@@ -124,7 +124,7 @@ def loss_rows(out: Path, spec: LossSpec) -> list[dict]:
     return rows
 
 
-def write_loss_report(out: Path, rows: list[dict], spec: LossSpec) -> None:
+def write_loss_report(out: Path, rows: list[dict], spec: LossSpec, where: str = "this testbed") -> None:
     if not rows:
         return
     lines = [
@@ -140,10 +140,10 @@ def write_loss_report(out: Path, rows: list[dict], spec: LossSpec) -> None:
             f"{r['utilization']:.3f} | {r['flows_in_ca_mean']} | {r['flows_active_mean']} | {r['transfers_done']} | "
             f"{r['offered_load']:.3f} | {'yes' if r['valid'] else 'FLAGGED'} |"
         )
-    write_table(out, rows, lines, lambda: plot_loss(out, rows, spec), "loss")
+    write_table(out, rows, lines, lambda: plot_loss(out, rows, spec, where), "loss")
 
 
-def plot_loss(out: Path, rows: list[dict], spec: LossSpec) -> None:
+def plot_loss(out: Path, rows: list[dict], spec: LossSpec, where: str = "this testbed") -> None:
     fig, ax = pyplot().subplots(figsize=(8, 4.5))
     names = {"P": "persistent + mice", "C": "closed loop", "O": "open loop"}
     for i, kind in enumerate(spec.workloads):
@@ -160,6 +160,6 @@ def plot_loss(out: Path, rows: list[dict], spec: LossSpec) -> None:
         ax.plot(bs, f16, "k:", lw=1, label="F16 (persistent)")
     ax.axvline(BDP_PACKETS / spec.persistent_flows**0.5, color="grey", ls="--", lw=0.8, label="RTT*C/sqrt(200)")
     ax.set_ylim(bottom=0)
-    title = f"Seed 001 Fig 1 on this testbed: {spec.rate_mbps:g} Mb/s, RTT 30-530 ms (harmonic 60), {spec.cc}"
+    title = f"Seed 001 Fig 1 on {where}: {spec.rate_mbps:g} Mb/s, RTT 30-530 ms (harmonic 60), {spec.cc}"
     finish_axes(ax, "buffer (packets)", "loss rate (%)", title)
     save_figure(fig, out / "figure.png")

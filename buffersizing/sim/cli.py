@@ -11,6 +11,7 @@ import argparse
 import json
 import statistics
 import sys
+from pathlib import Path
 
 from bufsize.commands import quiet_if, result_dir
 from bufsize.longlived.search import CALIBRATION_BDPS, SearchOptions, default_samples
@@ -61,6 +62,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--jobs", type=int, help="simulations at once (default: one per CPU)")
     w.add_argument("--out", required=True, help="sweep directory; re-running the same command resumes it")
     w.set_defaults(func=cmd_sim_sweep)
+
+    e = cmds.add_parser("shortexp", help="a short-flow experiment on the twin: loss (seed 001 Fig 1)")
+    e.add_argument("name", choices=("loss",))
+    e.add_argument("--out", required=True, help="directory; re-running the same command resumes it")
+    e.add_argument("--duration", type=float, help="measured seconds per point (default 60)")
+    e.add_argument("--workloads", help="any of P (persistent), C (closed loop), O (open loop) (default P,C,O)")
+    e.add_argument("--buffers", help="buffers in packets (default 18,50,100,250,500)")
+    e.add_argument("--users", type=int, help="closed-loop users (default 600)")
+    e.add_argument("--seed", type=int, default=1, help="the workload's and the simulation's seed (default 1)")
+    e.add_argument("--beside", help="an emulated `bufsize shortexp loss` directory run with the same options: "
+                   "beside.md compares the two point for point")  # fmt: skip
+    e.set_defaults(func=cmd_sim_shortexp)
 
 
 def sim_config(a: argparse.Namespace, flows: int, hosts: int, seed: int) -> SimConfig:
@@ -168,3 +181,30 @@ def cmd_sim_sweep(a: argparse.Namespace) -> int:
     for p in plot_dir(out):
         print(f"wrote {p}", file=sys.stderr)
     return 0 if not res["failed"] else 1
+
+
+def cmd_sim_shortexp(a: argparse.Namespace) -> int:
+    from bufsize.shortflows.cli import FIELDS
+    from bufsize.shortflows.loss import LossSpec
+    from bufsize.sim.shortexp import check_beside, run_twin_loss
+
+    spec = LossSpec(seed=a.seed)
+    for k in ("workloads", "buffers", "users"):
+        if getattr(a, k) is not None:
+            name, parse = FIELDS[k]
+            setattr(spec, name, parse(getattr(a, k)))
+    if a.duration is not None:
+        if not 1 <= a.duration <= 24 * 3600:
+            raise UsageError(f"--duration {a.duration:g}: must be from 1 s to a day")
+        spec.duration_s = a.duration
+    if not 1 <= a.seed <= 2**31:
+        raise UsageError(f"--seed {a.seed}: a whole number from 1 to {2**31}")
+    spec.validate()
+    beside = Path(a.beside) if a.beside is not None else None
+    if beside is not None:
+        check_beside(beside, spec)
+    out = check_out_dir(a.out)
+    res = run_twin_loss(out, spec, beside)
+    print(f"{res['finished']} of {res['points']} points finished in {out}/ (table.md, figure.png"
+          f"{', beside.md' if beside else ''})")  # fmt: skip
+    return 0

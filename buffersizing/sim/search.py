@@ -16,11 +16,9 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
-from bufsize.longlived.dynamics import Timing, auto_timing, cycle_seconds, episode_interval, loss_cycle
-from bufsize.longlived.dynamics import measured_sample_s as measured_length
+from bufsize.longlived.dynamics import Timing, cycle_seconds, episode_interval, loss_cycle
 from bufsize.longlived.median_search import MedianSearch, Probe
 from bufsize.longlived.search import (
     CALIBRATION_AGREE,
@@ -34,10 +32,10 @@ from bufsize.longlived.search import (
     check_searchable,
     loss_summary,
     model_guess,
+    probe_timing,
     theory,
     write_samples_csv,
 )
-from bufsize.longlived.traffic import MAX_FLOWS
 from bufsize.manifest import project_commit
 from bufsize.resultdir import write_json_atomic
 from bufsize.topologies import FRAME_BYTES
@@ -51,9 +49,10 @@ GOOD_REFERENCE = 0.97  # as the emulation's flag (experiment.GOOD_REFERENCE): a 
 
 
 def validate(cfg: SimConfig, opts: SearchOptions) -> None:
-    """The emulated search's checks, but N beyond the 800 flows one machine can emulate."""
+    """The emulated search's checks, with the twin's own limit on N (not the 800 flows one machine
+    can emulate)."""
     cfg.validate(opts.flows)
-    replace(opts, flows=min(opts.flows, MAX_FLOWS)).validate(cfg)  # type: ignore[arg-type]
+    opts.validate_rule()
     check_searchable(cfg, opts.flows)  # type: ignore[arg-type]
 
 
@@ -95,18 +94,10 @@ class SimProber:
         self.loss.append((buffer_packets, loss_cycle(times, drops, 2 * rtt_s)))
 
     def timing(self, buffer_bytes: float) -> Timing:
-        cfg, o = self.net.cfg, self.opts
-        auto = auto_timing(cfg.cc, o.flows, cfg.rate_mbps, max(cfg.rtt_ms), buffer_bytes, max_sample_s=o.max_sample_s)
-        sample_s = auto.sample_s
-        if o.sample_length == "measured":
+        interval = None
+        if self.opts.sample_length == "measured":
             interval = episode_interval(self.loss, self.model_cycle, buffer_bytes / FRAME_BYTES, MIN_EPISODES)
-            if interval is not None:
-                sample_s = measured_length(interval, max(cfg.rtt_ms) / 1000, o.max_sample_s)
-        return Timing(
-            o.settle_s if o.settle_s is not None else auto.settle_s,
-            o.sample_s if o.sample_s is not None else sample_s,
-            auto.warmup_s,
-        )
+        return probe_timing(self.net.cfg, self.opts, buffer_bytes, interval)
 
     def samples(self, n: int, sample_s: float) -> list[Interval]:
         out = []

@@ -6,6 +6,14 @@
 //   buffer <packets>   set the drop-tail FIFO's limit (packets already queued stay, as with bfifo)
 //   run <seconds>      advance the simulation; prints one JSON line with what the interval saw
 //   status             prints the simulated time and how many flows have delivered data
+//   transfer <t> <host> <bytes>
+//                      a short transfer (open loop): at simulated time t, host opens a new TCP
+//                      connection to the receiver, sends the bytes and closes
+//   user <host> <until> <think> <bytes> [<think> <bytes> ...]
+//                      a closed-loop user: thinks, transfers, and on completion thinks again, in
+//                      the order given; starts nothing after simulated time `until`
+//   transfers          prints every short transfer: host, bytes, start and completion time (-1: not
+//                      completed), in the order they started
 //   quit
 // Topology: H sender hosts, each on its own access link (rate A, one-way delay RTT_h / 2) to a router,
 // whose port toward the one receiver is the bottleneck: rate C, no propagation delay, and a FIFO of
@@ -22,8 +30,11 @@
 
 #include <cstdio>
 #include <iostream>
+#include <deque>
+#include <functional>
 #include <map>
-#include <set>
+#include <unordered_map>
+#include <unordered_set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -139,7 +150,8 @@ struct Options
 {
     std::cerr << "bsz-nssim: " << why << "\n"
               << "usage: bsz-nssim --flows N --hosts H --rate-mbps C --rtt-ms R[,R...] --cc reno|cubic|bbr "
-                 "--buffer-packets B [--access-mbps A] [--seed S] [--start-spread-s T]\n";
+                 "--buffer-packets B [--access-mbps A] [--seed S] [--start-spread-s T]\n"
+                 "(--flows 0: short transfers only, given on stdin)\n";
     std::exit(2);
 }
 
@@ -166,7 +178,7 @@ Options Parse(int argc, char** argv)
         }
         std::string v = argv[i + 1];
         if (flag == "--flows")
-            o.flows = Number(flag, v, 1, 100000);
+            o.flows = Number(flag, v, 0, 100000);
         else if (flag == "--hosts")
             o.hosts = Number(flag, v, 1, 10000);
         else if (flag == "--rate-mbps")
@@ -196,7 +208,7 @@ Options Parse(int argc, char** argv)
         else
             Usage("unknown option " + flag);
     }
-    if (o.hosts > o.flows)
+    if (o.flows > 0 && o.hosts > o.flows)
         Usage("more hosts than flows");
     if (o.rttMs.size() != 1 && o.rttMs.size() != o.hosts)
         Usage("--rtt-ms: one RTT, or one per host");
@@ -249,12 +261,13 @@ int main(int argc, char** argv)
     access.SetDeviceAttribute("DataRate", DataRateValue(DataRate(o.accessMbps * 1e6)));
     // A host's own queue toward the router: large, like a host qdisc, so no loss happens there.
     access.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", QueueSizeValue(QueueSize("10000p")));
+    std::vector<uint32_t> hostIp; // each sender's address, as the receiver sees it
     for (uint32_t h = 0; h < o.hosts; h++)
     {
         double rtt = o.rttMs.size() == 1 ? o.rttMs[0] : o.rttMs[h];
         access.SetChannelAttribute("Delay", TimeValue(MicroSeconds(static_cast<int64_t>(rtt * 500))));
         NetDeviceContainer d = access.Install(senders.Get(h), router);
-        addr.Assign(d);
+        hostIp.push_back(addr.Assign(d).GetAddress(0).Get());
         addr.NewNetwork();
     }
 
@@ -281,21 +294,96 @@ int main(int argc, char** argv)
                                          txPackets++;
                                      }));
 
-    // One sink; a flow counts as up once its first bytes arrive.
+    // One sink for the long flows; a flow counts as up once its first bytes arrive. A connection
+    // is known by its sender's address and port, packed in one integer (looked up per packet).
+    auto endpoint = [](const Address& from) {
+        InetSocketAddress a = InetSocketAddress::ConvertFrom(from);
+        return (static_cast<uint64_t>(a.GetIpv4().Get()) << 16) | a.GetPort();
+    };
     const uint16_t port_ = 5001;
     PacketSinkHelper sinkHelper("ns3::TcpSocketFactory", InetSocketAddress(Ipv4Address::GetAny(), port_));
     ApplicationContainer sinkApp = sinkHelper.Install(receiver);
-    std::set<std::string> upFlows;
+    std::unordered_set<uint64_t> upFlows;
     Ptr<PacketSink> sink = DynamicCast<PacketSink>(sinkApp.Get(0));
     sink->TraceConnectWithoutContext(
         "RxWithAddresses",
-        Callback<void, Ptr<const Packet>, const Address&, const Address&>([&](Ptr<const Packet>, const Address& from, const Address&) {
-            std::ostringstream key;
-            InetSocketAddress a = InetSocketAddress::ConvertFrom(from);
-            key << a.GetIpv4() << ":" << a.GetPort();
-            upFlows.insert(key.str());
-        }));
+        Callback<void, Ptr<const Packet>, const Address&, const Address&>(
+            [&](Ptr<const Packet>, const Address& from, const Address&) { upFlows.insert(endpoint(from)); }));
     sinkApp.Start(Seconds(0));
+
+    // Short transfers, on their own port. A transfer is complete when the receiver has all its
+    // bytes (the emulated generator's receiver times it the same way).
+    struct Transfer
+    {
+        uint32_t host;
+        uint64_t bytes;
+        double start;
+        double done = -1;
+        uint64_t received = 0;
+        int64_t user = -1;
+    };
+    struct User
+    {
+        uint32_t host;
+        double until;
+        std::deque<std::pair<double, uint64_t>> next; // (think seconds, bytes)
+    };
+    std::vector<Transfer> transfers;
+    std::vector<User> users;
+    std::unordered_map<uint64_t, size_t> transferAt; // endpoint -> index in transfers
+    const uint16_t shortPort = 5002;
+    const Ipv4Address receiverIp = bi.GetAddress(1);
+    std::function<void(size_t)> userNext;
+
+    auto startTransfer = [&](uint32_t host, uint64_t bytes, int64_t user) {
+        transfers.push_back(Transfer{host, bytes, Simulator::Now().GetSeconds()});
+        transfers.back().user = user;
+        size_t id = transfers.size() - 1;
+        Ptr<Socket> s = Socket::CreateSocket(senders.Get(host), TcpSocketFactory::GetTypeId());
+        s->Bind();
+        Address local;
+        s->GetSockName(local);
+        transferAt[(static_cast<uint64_t>(hostIp[host]) << 16) | InetSocketAddress::ConvertFrom(local).GetPort()] = id;
+        s->SetConnectCallback(Callback<void, Ptr<Socket>>([bytes](Ptr<Socket> sock) {
+                                  // The send buffer (64 MB) holds any transfer here at once; Close sends
+                                  // the FIN once it has gone.
+                                  sock->Send(Create<Packet>(bytes));
+                                  sock->Close();
+                              }),
+                              Callback<void, Ptr<Socket>>([](Ptr<Socket>) {})); // never done: reported as such
+        s->Connect(InetSocketAddress(receiverIp, shortPort));
+    };
+    userNext = [&](size_t u) {
+        User& x = users[u];
+        if (x.next.empty())
+            return;
+        auto [think, bytes] = x.next.front();
+        x.next.pop_front();
+        if (Simulator::Now().GetSeconds() + think > x.until)
+            return;
+        Simulator::Schedule(Seconds(think), [&, u, bytes]() { startTransfer(users[u].host, bytes, u); });
+    };
+    PacketSinkHelper shortSinkHelper("ns3::TcpSocketFactory", InetSocketAddress(Ipv4Address::GetAny(), shortPort));
+    ApplicationContainer shortSinkApp = shortSinkHelper.Install(receiver);
+    DynamicCast<PacketSink>(shortSinkApp.Get(0))
+        ->TraceConnectWithoutContext(
+            "RxWithAddresses",
+            Callback<void, Ptr<const Packet>, const Address&, const Address&>(
+                [&](Ptr<const Packet> p, const Address& from, const Address&) {
+                    auto it = transferAt.find(endpoint(from));
+                    if (it == transferAt.end())
+                        return;
+                    Transfer& x = transfers[it->second];
+                    x.received += p->GetSize();
+                    if (x.done < 0 && x.received >= x.bytes)
+                    {
+                        x.done = Simulator::Now().GetSeconds();
+                        transferAt.erase(it);
+                        if (x.user >= 0)
+                            userNext(static_cast<size_t>(x.user));
+                    }
+                }));
+    shortSinkApp.Start(Seconds(0));
 
     Ptr<UniformRandomVariable> start = CreateObject<UniformRandomVariable>();
     for (uint32_t f = 0; f < o.flows; f++)
@@ -361,6 +449,54 @@ int main(int argc, char** argv)
                 lastMs = ms;
                 std::cout << (first ? "" : ", ") << ms / 1000.0;
                 first = false;
+            }
+            std::cout << "]}" << std::endl;
+        }
+        else if (cmd == "transfer")
+        {
+            double t = -1, host = -1, bytes = -1;
+            in >> t >> host >> bytes;
+            if (in.fail() || !(t >= Simulator::Now().GetSeconds() && host >= 0 && host < o.hosts && bytes >= 1))
+            {
+                std::cout << "{\"error\": \"transfer: a time not past, a host index and a byte count >= 1\"}"
+                          << std::endl;
+                continue;
+            }
+            uint32_t h = static_cast<uint32_t>(host);
+            uint64_t b = static_cast<uint64_t>(bytes);
+            Simulator::Schedule(Seconds(t) - Simulator::Now(), [&, h, b]() { startTransfer(h, b, -1); });
+            std::cout << "{\"transfer\": " << t << "}" << std::endl;
+        }
+        else if (cmd == "user")
+        {
+            double host = -1, until = -1, think = -1, bytes = -1;
+            in >> host >> until;
+            User u{0, until, {}};
+            bool ok = !in.fail() && host >= 0 && host < o.hosts && until >= 0;
+            while (ok && in >> think >> bytes)
+            {
+                ok = think >= 0 && bytes >= 1;
+                u.next.emplace_back(think, static_cast<uint64_t>(bytes));
+            }
+            if (!ok || u.next.empty())
+            {
+                std::cout << "{\"error\": \"user: a host index, an end time and (think seconds, bytes) pairs\"}"
+                          << std::endl;
+                continue;
+            }
+            u.host = static_cast<uint32_t>(host);
+            users.push_back(std::move(u));
+            userNext(users.size() - 1);
+            std::cout << "{\"user\": " << users.size() - 1 << "}" << std::endl;
+        }
+        else if (cmd == "transfers")
+        {
+            std::cout << "{\"transfers\": [";
+            for (size_t i = 0; i < transfers.size(); i++)
+            {
+                const Transfer& x = transfers[i];
+                std::cout << (i ? ", " : "") << "[" << x.host << ", " << x.bytes << ", " << x.start << ", " << x.done
+                          << "]";
             }
             std::cout << "]}" << std::endl;
         }

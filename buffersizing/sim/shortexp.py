@@ -1,0 +1,214 @@
+"""Short-flow experiments on the ns-3 twin (issue 34, item 5): `bufsize sim shortexp loss`.
+
+Seed 001 Fig 1 (buffersizing/shortflows/loss.py) point for point: the same LossSpec, link (18
+hosts, RTTs 30-530 ms, harmonic mean 60), workloads and buffers, and the same transfers. The
+open-loop arrivals, sizes and users' think times are drawn exactly as the emulated generator draws
+them (shortflows/generator.py: the same seeds, the same order), so both testbeds offer the same
+transfers; only TCP and the link differ. Timeline as emulated: long flows warm up, then the short
+flows start, and the window measured is from warmup_s after their start to duration_s.
+
+The twin's directory is read by the emulated report (loss.loss_rows, write_loss_report): same point
+names, result keys where they mean the same (loss_rate, utilization, transfers, valid). Flows in
+congestion avoidance are not counted here (None). beside.md puts twin and emulation side by side.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+from bufsize.resultdir import check_out_dir, read_finished, write_json_atomic
+from bufsize.shortflows.loss import PUBLISHED, LossSpec, loss_rows, write_loss_report
+from bufsize.shortflows.run import ShortFlowOptions
+from bufsize.shortflows.stats import offered_load
+from bufsize.shortflows.workload import Workload, open_loop_arrivals, think_time
+from bufsize.sim.search import simulator_manifest
+from bufsize.topologies import FRAME_BYTES
+from bufsize.topologies.config import DumbbellConfig
+from bufsize.topologies.errors import UsageError
+from bufsize.topologies.nssim import SimConfig, SimDumbbell, SimTransfer
+from bufsize.topologies.safefiles import make_dirs, write_atomic
+
+# Long flows start within this many simulated seconds (the emulation starts them within about one).
+LONG_START_SPREAD_S = 1.0
+MAX_USER_CYCLES = 10_000  # (think, size) pairs given to one user: a user with no think time stops there
+
+
+def sim_config(cfg: DumbbellConfig, seed: int) -> SimConfig:
+    return SimConfig(cfg.hosts, cfg.rate_mbps, [float(r) for r in cfg.rtt_ms], cfg.cc, seed=seed)
+
+
+def open_transfers(w: Workload, hosts: int, rate_mbps: float) -> list[tuple[float, int, int]]:
+    """(seconds from the short flows' start, host, bytes) of the open-loop arrivals, drawn as the
+    emulated generator draws them (times from Random(seed), sizes from Random(seed + 1))."""
+    if w.load <= 0:
+        return []
+    dist = w.validate()
+    times, sizes = random.Random(w.seed), random.Random(w.seed + 1)
+    arrivals = open_loop_arrivals(w.arrival_rate(rate_mbps), times, w.transfers, w.duration_s)
+    return [(t, k % hosts, dist.draw(sizes)) for k, t in enumerate(arrivals)]
+
+
+def user_cycles(w: Workload, user: int) -> list[tuple[float, int]]:
+    """(think seconds, bytes) of one closed-loop user, drawn as the emulated generator draws them:
+    think first, then the size, from Random(seed * 100003 + 7 + user); enough for the workload's
+    duration even if every transfer took no time."""
+    dist = w.validate()
+    rng = random.Random(w.seed * 100_003 + 7 + user)
+    out: list[tuple[float, int]] = []
+    total = 0.0
+    limit = min(w.transfers or MAX_USER_CYCLES, MAX_USER_CYCLES)
+    while len(out) < limit and total <= (w.duration_s if w.duration_s is not None else float("inf")):
+        think = think_time(w, rng)
+        out.append((think, dist.draw(rng)))
+        total += think
+    return out
+
+
+def run_point(cfg: DumbbellConfig, buffer_bytes: int, opts: ShortFlowOptions, seed: int) -> dict:
+    """One point of a short-flow series on the twin; the result fields the emulated report reads."""
+    w = opts.workload
+    w.validate()
+    if w.duration_s is None:
+        raise UsageError("the twin runs short flows for a --duration, not a number of --transfers")
+    sc = sim_config(cfg, seed)
+    packets = max(1, round(buffer_bytes / FRAME_BYTES))
+    long_warm = (opts.long_warmup_s or 0.0) if opts.long_flows else 0.0
+    wall0 = time.monotonic()
+    with SimDumbbell(sc, opts.long_flows, packets, short_flows=True) as net:
+        t0 = long_warm  # the short flows start when the long flows have warmed up
+        for t, host, size in open_transfers(w, sc.hosts, sc.rate_mbps):
+            net.add_transfer(t0 + t, host, size)
+        for u in range(w.users):
+            net.add_user(u % sc.hosts, t0 + w.duration_s, [(th + (t0 if i == 0 else 0), b)
+                         for i, (th, b) in enumerate(user_cycles(w, u))])  # fmt: skip
+        if t0 > 0:
+            net.run(t0)
+        if opts.warmup_s > 0:
+            net.run(opts.warmup_s)
+        window = net.run(w.duration_s - opts.warmup_s)
+        flows_up = net.flows_up()
+        rows = net.transfers()
+    start, end = t0 + opts.warmup_s, window.t1
+    in_window = [r for r in rows if start <= r.start < end]
+    seconds = window.t1 - window.t0
+    return {
+        "kind": "sim-shortflows",
+        "buffer_packets": packets,
+        "buffer_bytes": packets * FRAME_BYTES,
+        "workload": w.to_dict(),
+        "long_flows": opts.long_flows,
+        "long_flows_up": flows_up,
+        "window_seconds": round(seconds, 3),
+        "utilization": round(window.bytes * 8 / seconds / 1e6 / sc.rate_mbps, 5),
+        "loss_rate": round(window.drops / max(1, window.packets + window.drops), 6),
+        "bottleneck_drops": window.drops,
+        "packets_sent": window.packets,
+        "queue": {"mean_packets": round(window.queue_mean, 2), "max_packets": window.queue_max},
+        "transfers": {
+            "all": counts(rows),
+            "in_window": counts(in_window),
+            "offered_load_in_window": round(
+                offered_load([{"size_bytes": r.size_bytes} for r in in_window], seconds, sc.rate_mbps), 4
+            ),  # fmt: skip
+        },
+        "fct_s": fct_summary(in_window),
+        "flows_in_congestion_avoidance": {},  # not counted on the twin
+        "long_flow_throughput": {},
+        # The simulation is exact; a point is flagged only if a long flow never got going.
+        "valid": flows_up == opts.long_flows,
+        "seed": seed,
+        "simulated_seconds": round(window.t1, 3),
+        "wall_seconds": round(time.monotonic() - wall0, 1),
+        "config": sc.to_dict(),
+        "manifest": simulator_manifest(sc),
+    }
+
+
+def counts(rows: list[SimTransfer]) -> dict:
+    done = sum(r.done is not None for r in rows)
+    return {"started": len(rows), "done": done, "not_done": len(rows) - done}
+
+
+def fct_summary(rows: list[SimTransfer]) -> dict:
+    fcts = sorted(f for r in rows if (f := r.fct_s) is not None)
+    if not fcts:
+        return {"count": 0}
+    return {"count": len(fcts), "mean": round(statistics.fmean(fcts), 4), "median": round(statistics.median(fcts), 4),
+            "p95": round(fcts[min(len(fcts) - 1, int(0.95 * len(fcts)))], 4)}  # fmt: skip
+
+
+def open_twin_series(out: Path, spec: LossSpec) -> None:
+    path = out / "series.json"
+    mine = {"experiment": spec.experiment, "simulator": "ns-3", "spec": asdict(spec)}
+    if path.exists():
+        old = read_finished(path)
+        if old is None or {k: old.get(k) for k in mine} != mine:
+            raise UsageError(f"{out} holds another series; re-run its own command or choose another --out")
+        return
+    sc = sim_config(spec.points()[0][1], spec.seed)
+    write_json_atomic(path, mine | {"machine": simulator_manifest(sc)})
+
+
+def run_twin_loss(
+    out: Path, spec: LossSpec, beside: Path | None = None, say: Callable[[str], None] | None = None
+) -> dict:
+    """Every point not finished yet, one after another (each a single-threaded simulation), then the
+    emulated report's table and figure, and beside.md if an emulated series is given."""
+    log = say or (lambda s: print(s, file=sys.stderr, flush=True))
+    spec.validate()
+    if beside is not None:
+        check_beside(beside, spec)
+    check_out_dir(out)
+    make_dirs(out)
+    open_twin_series(out, spec)
+    points = spec.points()
+    t0 = time.monotonic()
+    for i, (name, cfg, buffer_bytes, opts) in enumerate(points, 1):
+        d = out / name
+        if read_finished(d / "result.json") is not None:
+            continue
+        log(f"[{i}/{len(points)}] {name} | elapsed {time.monotonic() - t0:.0f} s")
+        make_dirs(d)
+        r = run_point(cfg, buffer_bytes, opts, spec.seed)
+        write_json_atomic(d / "result.json", r)
+        log(f"  loss {r['loss_rate']:.2%}, utilization {r['utilization']:.3f}, "
+            f"{r['transfers']['in_window']['done']} transfers done, {r['wall_seconds']:.0f} s of wall")  # fmt: skip
+    rows = loss_rows(out, spec)
+    write_loss_report(out, rows, spec, where="the ns-3 twin")
+    if beside is not None:
+        write_atomic(out / "beside.md", beside_table(rows, loss_rows(beside, spec)))
+    return {"points": len(points), "finished": len(rows), "wall_seconds": round(time.monotonic() - t0)}
+
+
+def beside_table(twin: list[dict], emulated: list[dict]) -> str:
+    emu = {(r["workload"], r["buffer_packets"]): r for r in emulated}
+    lines = [
+        "| traffic | buffer (pkts) | twin loss | emulation loss | emulation / twin | seed 001 | twin utilization | "
+        "emulation utilization |",
+        "|" + "---|" * 8,
+    ]
+    for r in twin:
+        e = emu.get((r["workload"], r["buffer_packets"]))
+        pub = PUBLISHED[r["workload"]].get(r["buffer_packets"])
+        ratio = f"{e['loss_rate'] / r['loss_rate']:.2f}" if e and r["loss_rate"] > 0 else "-"
+        lines.append(
+            f"| {r['workload']} | {r['buffer_packets']} | {r['loss_rate']:.2%} | "
+            f"{format(e['loss_rate'], '.2%') if e else '-'} | {ratio} | {format(pub, '.1%') if pub else '-'} | "
+            f"{r['utilization']:.3f} | {format(e['utilization'], '.3f') if e else '-'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def check_beside(series: Path, spec: LossSpec) -> None:
+    """An emulated loss series run with the same settings, or a UsageError (before any simulation)."""
+    data = read_finished(series / "series.json")
+    if data is None or data.get("experiment") != "loss":
+        raise UsageError(f"--beside {series}: not a loss series (no series.json naming the loss experiment)")
+    if data.get("spec") != asdict(spec):
+        raise UsageError(f"--beside {series}: run with other settings than these; give the same options")

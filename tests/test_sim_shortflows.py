@@ -1,0 +1,145 @@
+"""Short transfers on the ns-3 twin (issue 34, item 5): transfers complete with the bytes and times
+they must, closed-loop users wait for their transfers, the loss experiment runs point for point like
+the emulated one, and bad transfers are refused. No root: nothing is built on the machine."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+from dataclasses import asdict
+
+import pytest
+from conftest import BUFSIZE
+
+from bufsize.shortflows.loss import LossSpec
+from bufsize.shortflows.workload import MSS_BYTES, Workload, wire_bytes
+from bufsize.sim.shortexp import open_transfers, user_cycles
+from bufsize.topologies.errors import RunError, UsageError
+from bufsize.topologies.nssim import SimConfig, SimDumbbell
+
+RATE, RTT = 10.0, 20.0  # Mb/s, ms
+
+
+def link(hosts: int = 2, seed: int = 1) -> SimConfig:
+    return SimConfig(hosts=hosts, rate_mbps=RATE, rtt_ms=[RTT] * hosts, cc="reno", seed=seed)
+
+
+def serialisation_s(size_bytes: int) -> float:
+    return wire_bytes(size_bytes) * 8 / (RATE * 1e6)
+
+
+def test_open_loop_transfers_complete_no_faster_than_the_path_allows():
+    """On an idle link with a large buffer, every transfer completes, and its completion time is at
+    least the handshake and the data's flight (1.5 RTT, as the receiver sees the last byte) plus
+    its time on the wire, and at most that plus the slow-start rounds a 10-packet first window needs."""
+    sizes = [1, 10, 14 * MSS_BYTES, 100 * MSS_BYTES]
+    with SimDumbbell(link(), 0, 1000, short_flows=True) as net:
+        for i, size in enumerate(sizes):
+            net.add_transfer(1.0 + i, i % 2, size)  # a second apart: none meets another
+        net.run(6.0)
+        rows = net.transfers()
+    assert [r.size_bytes for r in rows] == sizes
+    assert [r.host for r in rows] == [0, 1, 0, 1]
+    for r in rows:
+        assert r.done is not None and r.fct_s is not None, r
+        floor = 1.5 * RTT / 1000 + serialisation_s(r.size_bytes) * 0.5
+        rounds = max(1, math.ceil(math.log2(r.size_bytes / MSS_BYTES / 10 + 1)) + 1)
+        assert floor <= r.fct_s <= (1.5 + rounds) * RTT / 1000 + 2 * serialisation_s(r.size_bytes) + 0.05, r
+
+
+def test_a_closed_loop_user_starts_each_transfer_after_the_last_completes_and_thinks():
+    cycles = [(0.5, 20 * MSS_BYTES), (0.25, 5 * MSS_BYTES), (1.0, 50 * MSS_BYTES), (0.1, 1000)]
+    with SimDumbbell(link(), 0, 1000, short_flows=True) as net:
+        net.add_user(1, 100.0, cycles)
+        net.run(10.0)
+        rows = net.transfers()
+    assert [r.size_bytes for r in rows] == [b for _, b in cycles]
+    assert rows[0].start == pytest.approx(0.5, abs=1e-6)
+    for prev, (think, _), nxt in zip(rows, cycles[1:], rows[1:], strict=False):
+        assert prev.done is not None
+        assert nxt.start == pytest.approx(prev.done + think, abs=1e-6)
+
+
+def test_a_user_starts_nothing_after_its_end_time():
+    with SimDumbbell(link(), 0, 1000, short_flows=True) as net:
+        net.add_user(0, 1.2, [(0.5, 1000), (0.5, 1000), (5.0, 1000)])
+        net.run(10.0)
+        rows = net.transfers()
+    assert len(rows) == 2  # the third would start near 6 s, past 1.2 s
+
+
+def test_long_and_short_flows_share_the_bottleneck_and_a_small_buffer_drops():
+    """Ten long flows plus open-loop transfers at 3 packets: drops happen, the short transfers still
+    complete (retransmitted), and the long flows keep the link busy."""
+    with SimDumbbell(link(hosts=2), 10, 3, short_flows=True) as net:
+        for k in range(20):
+            net.add_transfer(2.0 + 0.2 * k, k % 2, 14 * MSS_BYTES)
+        net.run(2.0)
+        iv = net.run(8.0)
+        rows = net.transfers()
+        up = net.flows_up()
+    assert up == 10
+    assert iv.drops > 0 and iv.queue_max <= 3
+    assert iv.rate_mbps > 0.8 * RATE
+    assert len(rows) == 20 and all(r.done is not None for r in rows)
+
+
+def test_transfers_the_helper_refuses():
+    with SimDumbbell(link(), 0, 100, short_flows=True) as net:
+        net.run(1.0)
+        for bad in ("transfer 0.5 0 1000", "transfer 2 5 1000", "transfer 2 0 0", "user 0 10", "user 9 10 1 100",
+                    "user 0 10 -1 100", "transfer x"):  # fmt: skip
+            with pytest.raises(RunError, match="refused"):
+                net._send(bad)
+        net.add_transfer(2.0, 1, 1000)  # still running after the refusals
+        net.run(2.0)
+        assert net.transfers()[0].done is not None
+
+
+def test_no_long_flows_needs_short_flows():
+    with pytest.raises(UsageError, match="--flows 0"):
+        SimDumbbell(link(), 0, 100)
+
+
+def test_the_twin_offers_the_emulated_generators_workload():
+    """The open-loop arrivals hit the offered load, go round the hosts, and repeat for a seed; a
+    user's cycles cover the duration even if no transfer took time."""
+    w = Workload(sizes="expmix:0.5@15+0.35@50+0.15@200", load=0.5, duration_s=200.0, seed=3)
+    arrivals = open_transfers(w, 18, 50.0)
+    assert arrivals == open_transfers(w, 18, 50.0)
+    assert [h for _, h, _ in arrivals[:20]] == [k % 18 for k in range(20)]
+    load = sum(wire_bytes(b) for _, _, b in arrivals) * 8 / 200.0 / 50e6
+    assert load == pytest.approx(0.5, rel=0.15)
+    assert all(0 < t <= 200.0 for t, _, _ in arrivals)
+    cl = Workload(sizes="fixed:14", users=3, think_s=5.0, duration_s=60.0, seed=3)
+    cycles = user_cycles(cl, 0)
+    assert sum(t for t, _ in cycles) > 60.0 and sum(t for t, _ in cycles[:-1]) <= 60.0
+    assert cycles != user_cycles(cl, 1)
+
+
+def test_sim_loss_experiment_runs_resumes_and_compares(tmp_path):
+    """The loss experiment's open-loop workload at two buffers: loss falls with the buffer, the
+    emulated report's table is written, a re-run skips finished points, and --beside refuses a
+    directory that is not a loss series run with the same settings."""
+    out = tmp_path / "twin"
+    args = [BUFSIZE, "sim", "shortexp", "loss", "--workloads", "O", "--buffers", "10,250", "--duration", "25",
+            "--out", str(out)]  # fmt: skip
+    first = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr
+    with (out / "table.csv").open() as f:
+        rows = {int(r["buffer_packets"]): r for r in csv.DictReader(f)}
+    assert set(rows) == {10, 250}
+    assert float(rows[10]["loss_rate"]) > float(rows[250]["loss_rate"])
+    r10 = json.loads((out / "O-b10" / "result.json").read_text())
+    assert r10["kind"] == "sim-shortflows" and r10["manifest"]["simulator"] == "ns-3"
+    assert r10["transfers"]["in_window"]["done"] > 100
+    assert 0.5 < r10["transfers"]["offered_load_in_window"] < 1.2
+    again = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "[1/2]" not in again.stderr, again.stderr
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "series.json").write_text(json.dumps({"experiment": "loss", "spec": asdict(LossSpec())}))
+    refused = subprocess.run([*args, "--beside", str(other)], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "other settings" in refused.stderr, refused.stderr
