@@ -143,3 +143,36 @@ def test_sim_loss_experiment_runs_resumes_and_compares(tmp_path):
     (other / "series.json").write_text(json.dumps({"experiment": "loss", "spec": asdict(LossSpec())}))
     refused = subprocess.run([*args, "--beside", str(other)], capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "other settings" in refused.stderr, refused.stderr
+
+
+def test_a_smaller_initial_window_takes_more_rounds():
+    """A 40-packet transfer on an idle link: from 10 packets it needs 2 more rounds after the first
+    (10, 20, 40), from 2 packets 4 more (2, 4, 8, 16, 32): at least two RTTs longer."""
+    fct = {}
+    for iw in (10, 2):
+        with SimDumbbell(SimConfig(2, RATE, [RTT] * 2, "reno", iw=iw), 0, 1000, short_flows=True) as net:
+            net.add_transfer(0.5, 0, 40 * MSS_BYTES)
+            net.run(3.0)
+            fct[iw] = net.transfers()[0].fct_s
+    assert fct[2] >= fct[10] + 2 * RTT / 1000, fct
+
+
+def test_the_ns2_rto_waits_longer_in_timeouts():
+    """Forty long flows on a 2-packet buffer live in timeouts; with ns-2's 1 s minimum RTO they wait
+    longer in each, so they send fewer packets and lose fewer than with Linux's 200 ms."""
+    seen = {}
+    for rto in ("linux", "ns2"):
+        cfg = SimConfig(4, RATE, [RTT] * 4, "reno", rto=rto)
+        with SimDumbbell(cfg, 40, 2) as net:
+            net.run(5.0)
+            iv = net.run(20.0)
+        seen[rto] = iv
+    assert seen["ns2"].drops < seen["linux"].drops, seen
+    assert seen["ns2"].packets + seen["ns2"].drops < seen["linux"].packets + seen["linux"].drops, seen
+
+
+def test_twin_tcp_options_refused():
+    with pytest.raises(UsageError, match="--iw"):
+        SimDumbbell(SimConfig(2, RATE, [RTT] * 2, "reno", iw=0), 2, 10)
+    with pytest.raises(UsageError, match="--rto"):
+        SimDumbbell(SimConfig(2, RATE, [RTT] * 2, "reno", rto="bsd"), 2, 10)

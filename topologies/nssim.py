@@ -21,6 +21,9 @@ from bufsize.topologies.errors import MachineError, RunError, UsageError
 
 HELPER = Path(__file__).resolve().parent / "nssim" / "bsz-nssim"
 SIM_CCS = ("reno", "cubic", "bbr")  # ns-3's TcpLinuxReno, TcpCubic, TcpBbr
+# linux: RTO = srtt + max(4 rttvar, 200 ms); ns2: ns-2's defaults since 2004, max(1 s, srtt + 4 rttvar)
+# on a 10 ms tick, to ask what a seed's ns-2 simulation would have seen.
+SIM_RTOS = ("linux", "ns2")
 # The wheel setup.sh installs (its headers and libraries build the helper); pinned so that a result
 # names the simulator it came from and the twin answers the same way on every machine.
 NS3_WHEEL = "ns3==3.44.post0"
@@ -66,6 +69,8 @@ class SimConfig:
     cc: str = "reno"
     access_mbps: float = 1000.0
     seed: int = 1
+    iw: int = 10  # initial window, packets (Linux's; the seeds' ns-2 simulations mostly used 1 or 2)
+    rto: str = "linux"
 
     @property
     def bdp_bytes(self) -> int:
@@ -92,6 +97,10 @@ class SimConfig:
             )
         if not 1 <= self.seed <= 2**31:
             raise UsageError(f"--seed {self.seed}: a whole number from 1 to {2**31}")
+        if not 1 <= self.iw <= 1000:
+            raise UsageError(f"--iw {self.iw}: an initial window from 1 to 1000 packets")
+        if self.rto not in SIM_RTOS:
+            raise UsageError(f"--rto {self.rto}: one of {', '.join(SIM_RTOS)}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -133,7 +142,7 @@ class SimDumbbell:
         return [str(HELPER), "--flows", str(self.flows), "--hosts", str(c.hosts), "--rate-mbps", repr(c.rate_mbps),
                 "--rtt-ms", ",".join(repr(float(r)) for r in c.rtt_ms), "--cc", c.cc,
                 "--access-mbps", repr(c.access_mbps), "--buffer-packets", str(self.buffer_packets),
-                "--seed", str(c.seed)]  # fmt: skip
+                "--seed", str(c.seed), "--iw", str(c.iw), "--rto", c.rto]  # fmt: skip
 
     def __enter__(self) -> SimDumbbell:
         self.proc = subprocess.Popen(

@@ -20,7 +20,7 @@ from bufsize.resultdir import check_out_dir, write_json_atomic
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import parse_rtts
 from bufsize.topologies.errors import UsageError
-from bufsize.topologies.nssim import MAX_SIM_FLOWS, MAX_SIM_HOSTS, SIM_CCS, SimConfig, SimDumbbell
+from bufsize.topologies.nssim import MAX_SIM_FLOWS, MAX_SIM_HOSTS, SIM_CCS, SIM_RTOS, SimConfig, SimDumbbell
 
 
 def add_sim_link_args(p: argparse.ArgumentParser, hosts_help: str) -> None:
@@ -71,6 +71,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--buffers", help="buffers in packets (default 18,50,100,250,500)")
     e.add_argument("--users", type=int, help="closed-loop users (default 600)")
     e.add_argument("--seed", type=int, default=1, help="the workload's and the simulation's seed (default 1)")
+    e.add_argument("--iw", type=int, default=10, help="TCP's initial window in packets (default 10, Linux's)")
+    e.add_argument("--rto", choices=SIM_RTOS, default="linux",
+                   help="linux: srtt + max(4 rttvar, 200 ms) (default); ns2: max(1 s, srtt + 4 rttvar), "
+                   "ns-2's")  # fmt: skip
     e.add_argument("--beside", help="an emulated `bufsize shortexp loss` directory run with the same options: "
                    "beside.md compares the two point for point")  # fmt: skip
     e.set_defaults(func=cmd_sim_shortexp)
@@ -186,7 +190,7 @@ def cmd_sim_sweep(a: argparse.Namespace) -> int:
 def cmd_sim_shortexp(a: argparse.Namespace) -> int:
     from bufsize.shortflows.cli import FIELDS
     from bufsize.shortflows.loss import LossSpec
-    from bufsize.sim.shortexp import check_beside, run_twin_loss
+    from bufsize.sim.shortexp import TwinTcp, check_beside, run_twin_loss, sim_config
 
     spec = LossSpec(seed=a.seed)
     for k in ("workloads", "buffers", "users"):
@@ -200,11 +204,13 @@ def cmd_sim_shortexp(a: argparse.Namespace) -> int:
     if not 1 <= a.seed <= 2**31:
         raise UsageError(f"--seed {a.seed}: a whole number from 1 to {2**31}")
     spec.validate()
+    tcp = TwinTcp(a.iw, a.rto)
+    sim_config(spec.points()[0][1], spec.seed, tcp).validate(0, short_flows=True)
     beside = Path(a.beside) if a.beside is not None else None
     if beside is not None:
         check_beside(beside, spec)
     out = check_out_dir(a.out)
-    res = run_twin_loss(out, spec, beside)
+    res = run_twin_loss(out, spec, beside, tcp)
     print(f"{res['finished']} of {res['points']} points finished in {out}/ (table.md, figure.png"
           f"{', beside.md' if beside else ''})")  # fmt: skip
     return 0

@@ -56,6 +56,9 @@ def validate(cfg: SimConfig, opts: SearchOptions) -> None:
     check_searchable(cfg, opts.flows)  # type: ignore[arg-type]
 
 
+RTO_TEXT = {"linux": "srtt + max(4 rttvar, 200 ms)", "ns2": "max(1 s, srtt + 4 rttvar), 10 ms tick (ns-2's)"}
+
+
 def simulator_manifest(cfg: SimConfig) -> dict:
     return {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
@@ -67,8 +70,8 @@ def simulator_manifest(cfg: SimConfig) -> dict:
         "helper": HELPER.name,
         "seed": cfg.seed,
         "congestion_control": cfg.cc,
-        "tcp": "ns-3 TcpLinuxReno/TcpCubic/TcpBbr; SACK, timestamps, window scaling, IW 10, delayed ACK 2 "
-        "segments or 40 ms, PRR, RTO srtt + max(4 rttvar, 200 ms); 1448-byte segments",
+        "tcp": f"ns-3 TcpLinuxReno/TcpCubic/TcpBbr; SACK, timestamps, window scaling, IW {cfg.iw}, delayed ACK 2 "
+        f"segments or 40 ms, PRR, RTO {RTO_TEXT[cfg.rto]}; 1448-byte segments",
         "project_commit": project_commit(),
     }
 

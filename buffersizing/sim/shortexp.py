@@ -19,7 +19,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bufsize.resultdir import check_out_dir, read_finished, write_json_atomic
@@ -39,8 +39,17 @@ LONG_START_SPREAD_S = 1.0
 MAX_USER_CYCLES = 10_000  # (think, size) pairs given to one user: a user with no think time stops there
 
 
-def sim_config(cfg: DumbbellConfig, seed: int) -> SimConfig:
-    return SimConfig(cfg.hosts, cfg.rate_mbps, [float(r) for r in cfg.rtt_ms], cfg.cc, seed=seed)
+@dataclass(frozen=True)
+class TwinTcp:
+    """What the twin's TCP may be told beyond the emulation's: to ask what the seeds' ns-2 saw."""
+
+    iw: int = 10
+    rto: str = "linux"
+
+
+def sim_config(cfg: DumbbellConfig, seed: int, tcp: TwinTcp = TwinTcp()) -> SimConfig:
+    rtts = [float(r) for r in cfg.rtt_ms]
+    return SimConfig(cfg.hosts, cfg.rate_mbps, rtts, cfg.cc, seed=seed, iw=tcp.iw, rto=tcp.rto)
 
 
 def open_transfers(w: Workload, hosts: int, rate_mbps: float) -> list[tuple[float, int, int]]:
@@ -70,13 +79,13 @@ def user_cycles(w: Workload, user: int) -> list[tuple[float, int]]:
     return out
 
 
-def run_point(cfg: DumbbellConfig, buffer_bytes: int, opts: ShortFlowOptions, seed: int) -> dict:
+def run_point(cfg: DumbbellConfig, buffer_bytes: int, opts: ShortFlowOptions, seed: int, tcp: TwinTcp) -> dict:
     """One point of a short-flow series on the twin; the result fields the emulated report reads."""
     w = opts.workload
     w.validate()
     if w.duration_s is None:
         raise UsageError("the twin runs short flows for a --duration, not a number of --transfers")
-    sc = sim_config(cfg, seed)
+    sc = sim_config(cfg, seed, tcp)
     packets = max(1, round(buffer_bytes / FRAME_BYTES))
     long_warm = (opts.long_warmup_s or 0.0) if opts.long_flows else 0.0
     wall0 = time.monotonic()
@@ -143,20 +152,24 @@ def fct_summary(rows: list[SimTransfer]) -> dict:
             "p95": round(fcts[min(len(fcts) - 1, int(0.95 * len(fcts)))], 4)}  # fmt: skip
 
 
-def open_twin_series(out: Path, spec: LossSpec) -> None:
+def open_twin_series(out: Path, spec: LossSpec, tcp: TwinTcp) -> None:
     path = out / "series.json"
-    mine = {"experiment": spec.experiment, "simulator": "ns-3", "spec": asdict(spec)}
+    mine = {"experiment": spec.experiment, "simulator": "ns-3", "spec": asdict(spec), "tcp": asdict(tcp)}
     if path.exists():
         old = read_finished(path)
         if old is None or {k: old.get(k) for k in mine} != mine:
             raise UsageError(f"{out} holds another series; re-run its own command or choose another --out")
         return
-    sc = sim_config(spec.points()[0][1], spec.seed)
+    sc = sim_config(spec.points()[0][1], spec.seed, tcp)
     write_json_atomic(path, mine | {"machine": simulator_manifest(sc)})
 
 
 def run_twin_loss(
-    out: Path, spec: LossSpec, beside: Path | None = None, say: Callable[[str], None] | None = None
+    out: Path,
+    spec: LossSpec,
+    beside: Path | None = None,
+    tcp: TwinTcp = TwinTcp(),
+    say: Callable[[str], None] | None = None,
 ) -> dict:
     """Every point not finished yet, one after another (each a single-threaded simulation), then the
     emulated report's table and figure, and beside.md if an emulated series is given."""
@@ -166,7 +179,8 @@ def run_twin_loss(
         check_beside(beside, spec)
     check_out_dir(out)
     make_dirs(out)
-    open_twin_series(out, spec)
+    sim_config(spec.points()[0][1], spec.seed, tcp).validate(0, short_flows=True)
+    open_twin_series(out, spec, tcp)
     points = spec.points()
     t0 = time.monotonic()
     for i, (name, cfg, buffer_bytes, opts) in enumerate(points, 1):
@@ -175,7 +189,7 @@ def run_twin_loss(
             continue
         log(f"[{i}/{len(points)}] {name} | elapsed {time.monotonic() - t0:.0f} s")
         make_dirs(d)
-        r = run_point(cfg, buffer_bytes, opts, spec.seed)
+        r = run_point(cfg, buffer_bytes, opts, spec.seed, tcp)
         write_json_atomic(d / "result.json", r)
         log(f"  loss {r['loss_rate']:.2%}, utilization {r['utilization']:.3f}, "
             f"{r['transfers']['in_window']['done']} transfers done, {r['wall_seconds']:.0f} s of wall")  # fmt: skip

@@ -144,13 +144,15 @@ struct Options
     uint32_t bufferPackets = 100;
     uint32_t seed = 1;
     double startSpreadS = 1.0;
+    uint32_t iw = 10;
+    std::string rto = "linux";
 };
 
 [[noreturn]] void Usage(const std::string& why)
 {
     std::cerr << "bsz-nssim: " << why << "\n"
               << "usage: bsz-nssim --flows N --hosts H --rate-mbps C --rtt-ms R[,R...] --cc reno|cubic|bbr "
-                 "--buffer-packets B [--access-mbps A] [--seed S] [--start-spread-s T]\n"
+                 "--buffer-packets B [--access-mbps A] [--seed S] [--start-spread-s T] [--iw PACKETS] [--rto linux|ns2]\n"
                  "(--flows 0: short transfers only, given on stdin)\n";
     std::exit(2);
 }
@@ -191,6 +193,14 @@ Options Parse(int argc, char** argv)
             o.seed = Number(flag, v, 1, 4e9);
         else if (flag == "--start-spread-s")
             o.startSpreadS = Number(flag, v, 0, 100);
+        else if (flag == "--iw")
+            o.iw = Number(flag, v, 1, 1000);
+        else if (flag == "--rto")
+        {
+            if (v != "linux" && v != "ns2")
+                Usage("--rto " + v + ": linux or ns2");
+            o.rto = v;
+        }
         else if (flag == "--cc")
         {
             if (v != "reno" && v != "cubic" && v != "bbr")
@@ -228,7 +238,7 @@ int main(int argc, char** argv)
     Config::SetDefault("ns3::TcpL4Protocol::SocketType", StringValue(ccType.at(o.cc)));
     // 1448 bytes of payload: a 1500-byte IP packet with the timestamp option, as Linux sends.
     Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(1448));
-    Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(10));
+    Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(o.iw));
     Config::SetDefault("ns3::TcpSocket::DelAckCount", UintegerValue(2));
     // A lost SYN is sent again after 1 s, as Linux does (ns-3's default waits 3 s).
     Config::SetDefault("ns3::TcpSocket::ConnTimeout", TimeValue(Seconds(1)));
@@ -240,8 +250,11 @@ int main(int argc, char** argv)
     Config::SetDefault("ns3::TcpSocketBase::Sack", BooleanValue(true));
     Config::SetDefault("ns3::TcpSocketBase::Timestamp", BooleanValue(true));
     Config::SetDefault("ns3::TcpSocketBase::WindowScaling", BooleanValue(true));
-    Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(MilliSeconds(200)));
-    Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MilliSeconds(200)));
+    // linux: RTO = srtt + max(4 rttvar, 200 ms), at least 200 ms. ns2: ns-2's defaults since 2004,
+    // RTO = max(1 s, srtt + 4 rttvar) on a 10 ms timer tick (minrto_ 1, tcpTick_ 0.01).
+    const bool ns2Rto = o.rto == "ns2";
+    Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(MilliSeconds(ns2Rto ? 1000 : 200)));
+    Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MilliSeconds(ns2Rto ? 10 : 200)));
     Config::SetDefault("ns3::TcpL4Protocol::RecoveryType", TypeIdValue(TypeId::LookupByName("ns3::TcpPrrRecovery")));
     // Linux paces only BBR without fq; ns-3's BBR needs pacing on.
     Config::SetDefault("ns3::TcpSocketState::EnablePacing", BooleanValue(o.cc == "bbr"));
