@@ -206,7 +206,7 @@ def in_process(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr("bufsize.sim.cli.SimDumbbell", tripwire)  # the twin: past validation, it simulates
     monkeypatch.setattr("bufsize.sim.search.run_sim_search", tripwire)
     monkeypatch.setattr("bufsize.sim.sweep.run_sim_sweep", tripwire)
-    monkeypatch.setattr("bufsize.sim.shortexp.run_twin_loss", tripwire)
+    monkeypatch.setattr("bufsize.sim.shortexp.run_twin_series", tripwire)
     monkeypatch.setattr(cli.signal, "signal", lambda *a: None)  # main's handlers are for a whole process
     monkeypatch.chdir(tmp_path)  # plot's 'nan', 'inf', ... are paths relative to here
 

@@ -176,3 +176,23 @@ def test_twin_tcp_options_refused():
         SimDumbbell(SimConfig(2, RATE, [RTT] * 2, "reno", iw=0), 2, 10)
     with pytest.raises(UsageError, match="--rto"):
         SimDumbbell(SimConfig(2, RATE, [RTT] * 2, "reno", rto="bsd"), 2, 10)
+
+
+def test_sim_mix_experiment_runs_with_its_own_initial_window(tmp_path):
+    """Seed 000 Figs 13-14 at n = 10 on the twin: both buffers measured, the 14-packet flows'
+    completion times reported per size, the series' initial window (2) in the manifest, and the
+    short flows finish sooner at RTT*C/sqrt(n) than at RTT*C (a queue a third as long)."""
+    out = tmp_path / "mix"
+    args = [BUFSIZE, "sim", "shortexp", "mix", "--long-flows", "10", "--duration", "10", "--out", str(out)]
+    run = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    with (out / "table.csv").open() as f:
+        rows = {r["buffer"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"sqrtn", "bdp"}
+    assert int(rows["sqrtn"]["buffer_packets"]) < int(rows["bdp"]["buffer_packets"])
+    assert float(rows["sqrtn"]["afct_s"]) < float(rows["bdp"]["afct_s"])
+    r = json.loads((out / "n10-sqrtn" / "result.json").read_text())
+    assert "IW 2," in r["manifest"]["tcp"] and r["config"]["iw"] == 2
+    assert r["fct_by_size"][0]["packets"] == "14" and r["fct_by_size"][0]["transfers"] > 50
+    wrong = subprocess.run([*args, "--buffers", "5"], capture_output=True, text=True, timeout=60)
+    assert wrong.returncode == 2 and "does not take --buffers" in wrong.stderr, wrong.stderr

@@ -100,7 +100,7 @@ def mix_rows(out: Path, spec: MixSpec) -> list[dict]:
     return rows
 
 
-def write_mix_report(out: Path, rows: list[dict], spec: MixSpec) -> None:
+def write_mix_report(out: Path, rows: list[dict], spec: MixSpec, where: str = "this testbed") -> None:
     if not rows:
         return
     lines = [
@@ -117,10 +117,10 @@ def write_mix_report(out: Path, rows: list[dict], spec: MixSpec) -> None:
             f"{r['utilization']:.4f} | {r['loss_rate']:.3%} | {r['short_transfers']} | {afct} | {med} | {p95} | "
             f"{r['long_in_ca_mean']} | {'yes' if r['valid'] else 'FLAGGED'} |"
         )
-    write_table(out, rows, lines, lambda: plot_mix(out, rows, spec), "mix")
+    write_table(out, rows, lines, lambda: plot_mix(out, rows, spec, where), "mix")
 
 
-def plot_mix(out: Path, rows: list[dict], spec: MixSpec) -> None:
+def plot_mix(out: Path, rows: list[dict], spec: MixSpec, where: str = "this testbed") -> None:
     fig, (a1, a2) = pyplot().subplots(1, 2, figsize=(10, 4))
     for kind, style, label in (("sqrtn", "o-", "RTT*C/sqrt(n)"), ("bdp", "s--", "RTT*C")):
         sel = sorted((r for r in rows if r["buffer"] == kind), key=lambda r: r["long_flows"])
@@ -131,6 +131,6 @@ def plot_mix(out: Path, rows: list[dict], spec: MixSpec) -> None:
         a2.plot(xs, [100 * r["utilization"] for r in sel], style, ms=4, label=label)
     finish_axes(a1, "long-lived flows n", f"AFCT of {SHORT_PACKETS}-packet flows (s)")
     finish_axes(a2, "long-lived flows n", "utilization (%)")
-    fig.suptitle(f"Seed 000 Figs 13-14 on this testbed: {spec.rate_mbps:g} Mb/s, RTT {spec.rtt_ms} ms, {spec.cc}, "
+    fig.suptitle(f"Seed 000 Figs 13-14 on {where}: {spec.rate_mbps:g} Mb/s, RTT {spec.rtt_ms} ms, {spec.cc}, "
                  f"{spec.short_load:.0%} of {SHORT_PACKETS}-packet flows", fontsize=9)  # fmt: skip
     save_figure(fig, out / "figure.png")

@@ -63,20 +63,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--out", required=True, help="sweep directory; re-running the same command resumes it")
     w.set_defaults(func=cmd_sim_sweep)
 
-    e = cmds.add_parser("shortexp", help="a short-flow experiment on the twin: loss (seed 001 Fig 1)")
-    e.add_argument("name", choices=("loss",))
+    e = cmds.add_parser("shortexp", help="a short-flow experiment on the twin: loss (seed 001 Fig 1) or mix "
+                        "(seed 000 Figs 13-14)")  # fmt: skip
+    e.add_argument("name", choices=("loss", "mix"))
     e.add_argument("--out", required=True, help="directory; re-running the same command resumes it")
     e.add_argument("--duration", type=float, help="measured seconds per point (default 60)")
-    e.add_argument("--workloads", help="any of P (persistent), C (closed loop), O (open loop) (default P,C,O)")
-    e.add_argument("--buffers", help="buffers in packets (default 18,50,100,250,500)")
-    e.add_argument("--users", type=int, help="closed-loop users (default 600)")
+    e.add_argument("--workloads", help="loss: any of P (persistent), C (closed loop), O (open loop) (default P,C,O)")
+    e.add_argument("--buffers", help="loss: buffers in packets (default 18,50,100,250,500)")
+    e.add_argument("--users", type=int, help="loss: closed-loop users (default 600)")
+    e.add_argument("--long-flows", help="mix: numbers of long flows (default 10,50,100,200,400)")
     e.add_argument("--seed", type=int, default=1, help="the workload's and the simulation's seed (default 1)")
-    e.add_argument("--iw", type=int, default=10, help="TCP's initial window in packets (default 10, Linux's)")
+    e.add_argument("--iw", type=int, default=10,
+                   help="TCP's initial window in packets (default 10, Linux's; mix uses its own, 2)")  # fmt: skip
     e.add_argument("--rto", choices=SIM_RTOS, default="linux",
                    help="linux: srtt + max(4 rttvar, 200 ms) (default); ns2: max(1 s, srtt + 4 rttvar), "
                    "ns-2's")  # fmt: skip
-    e.add_argument("--beside", help="an emulated `bufsize shortexp loss` directory run with the same options: "
-                   "beside.md compares the two point for point")  # fmt: skip
+    e.add_argument("--beside", help="an emulated `bufsize shortexp` directory of the same experiment run with "
+                   "the same options: beside.md compares the two point for point")  # fmt: skip
     e.set_defaults(func=cmd_sim_shortexp)
 
 
@@ -190,10 +193,16 @@ def cmd_sim_sweep(a: argparse.Namespace) -> int:
 def cmd_sim_shortexp(a: argparse.Namespace) -> int:
     from bufsize.shortflows.cli import FIELDS
     from bufsize.shortflows.loss import LossSpec
-    from bufsize.sim.shortexp import TwinTcp, check_beside, run_twin_loss, sim_config
+    from bufsize.shortflows.mix import MixSpec
+    from bufsize.sim.shortexp import TwinTcp, check_beside, run_twin_series, sim_config
 
-    spec = LossSpec(seed=a.seed)
-    for k in ("workloads", "buffers", "users"):
+    own = {"loss": ("workloads", "buffers", "users"), "mix": ("long_flows",)}[a.name]
+    wrong = sorted(k.replace("_", "-") for k in ("workloads", "buffers", "users", "long_flows")
+                   if k not in own and getattr(a, k) is not None)  # fmt: skip
+    if wrong:
+        raise UsageError(f"sim shortexp {a.name} does not take --{', --'.join(wrong)}")
+    spec: LossSpec | MixSpec = LossSpec(seed=a.seed) if a.name == "loss" else MixSpec(seed=a.seed)
+    for k in own:
         if getattr(a, k) is not None:
             name, parse = FIELDS[k]
             setattr(spec, name, parse(getattr(a, k)))
@@ -210,7 +219,7 @@ def cmd_sim_shortexp(a: argparse.Namespace) -> int:
     if beside is not None:
         check_beside(beside, spec)
     out = check_out_dir(a.out)
-    res = run_twin_loss(out, spec, beside, tcp)
+    res = run_twin_series(out, spec, beside, tcp)
     print(f"{res['finished']} of {res['points']} points finished in {out}/ (table.md, figure.png"
           f"{', beside.md' if beside else ''})")  # fmt: skip
     return 0

@@ -1,4 +1,4 @@
-"""Short-flow experiments on the ns-3 twin (issue 34, item 5): `bufsize sim shortexp loss`.
+"""Short-flow experiments on the ns-3 twin (issue 34, item 5): `bufsize sim shortexp loss|mix`.
 
 Seed 001 Fig 1 (buffersizing/shortflows/loss.py) point for point: the same LossSpec, link (18
 hosts, RTTs 30-530 ms, harmonic mean 60), workloads and buffers, and the same transfers. The
@@ -7,9 +7,13 @@ them (shortflows/generator.py: the same seeds, the same order), so both testbeds
 transfers; only TCP and the link differ. Timeline as emulated: long flows warm up, then the short
 flows start, and the window measured is from warmup_s after their start to duration_s.
 
-The twin's directory is read by the emulated report (loss.loss_rows, write_loss_report): same point
-names, result keys where they mean the same (loss_rate, utilization, transfers, valid). Flows in
-congestion avoidance are not counted here (None). beside.md puts twin and emulation side by side.
+Seed 000 Figs 13-14 (shortflows/mix.py) the same way: long flows plus 20 % of 14-packet flows at
+RTT*C/sqrt(n) and RTT*C, with the series' own initial window (2).
+
+The twin's directory is read by the emulated report (loss_rows/mix_rows and their writers): same
+point names, result keys where they mean the same (loss_rate, utilization, transfers, fct_by_size,
+valid). Flows in congestion avoidance and retransmissions per transfer are not counted here (None).
+beside.md puts twin and emulation side by side.
 """
 
 from __future__ import annotations
@@ -19,13 +23,14 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from bufsize.resultdir import check_out_dir, read_finished, write_json_atomic
 from bufsize.shortflows.loss import PUBLISHED, LossSpec, loss_rows, write_loss_report
+from bufsize.shortflows.mix import MixSpec, mix_rows, write_mix_report
 from bufsize.shortflows.run import ShortFlowOptions
-from bufsize.shortflows.stats import offered_load
+from bufsize.shortflows.stats import offered_load, percentile, size_bins, size_packets
 from bufsize.shortflows.workload import Workload, open_loop_arrivals, think_time
 from bufsize.sim.search import simulator_manifest
 from bufsize.topologies import FRAME_BYTES
@@ -85,6 +90,8 @@ def run_point(cfg: DumbbellConfig, buffer_bytes: int, opts: ShortFlowOptions, se
     w.validate()
     if w.duration_s is None:
         raise UsageError("the twin runs short flows for a --duration, not a number of --transfers")
+    if opts.initcwnd is not None:  # the series' own initial window (mix: 2), as the emulation sets it
+        tcp = replace(tcp, iw=opts.initcwnd)
     sc = sim_config(cfg, seed, tcp)
     packets = max(1, round(buffer_bytes / FRAME_BYTES))
     long_warm = (opts.long_warmup_s or 0.0) if opts.long_flows else 0.0
@@ -127,6 +134,7 @@ def run_point(cfg: DumbbellConfig, buffer_bytes: int, opts: ShortFlowOptions, se
             ),  # fmt: skip
         },
         "fct_s": fct_summary(in_window),
+        "fct_by_size": fct_by_size(in_window),
         "flows_in_congestion_avoidance": {},  # not counted on the twin
         "long_flow_throughput": {},
         # The simulation is exact; a point is flagged only if a long flow never got going.
@@ -152,7 +160,24 @@ def fct_summary(rows: list[SimTransfer]) -> dict:
             "p95": round(fcts[min(len(fcts) - 1, int(0.95 * len(fcts)))], 4)}  # fmt: skip
 
 
-def open_twin_series(out: Path, spec: LossSpec, tcp: TwinTcp) -> None:
+def fct_by_size(rows: list[SimTransfer]) -> list[dict]:
+    """Completion times per length bin, the bins of the emulated report (stats.size_bins)."""
+    done = [{"size_bytes": r.size_bytes, "fct_s": r.fct_s} for r in rows if r.fct_s is not None]
+    out = []
+    for lo, hi in size_bins(done):
+        fct = [d["fct_s"] for d in done if lo <= size_packets(d["size_bytes"]) <= hi]
+        if fct:
+            out.append({"packets": f"{lo}" if lo == hi else f"{lo}-{hi}", "packets_lo": lo, "packets_hi": hi,
+                        "transfers": len(fct), "mean_s": round(statistics.fmean(fct), 6),
+                        "median_s": round(percentile(fct, 0.5), 6), "p95_s": round(percentile(fct, 0.95), 6),
+                        "retrans_mean": None, "with_retrans": None})  # fmt: skip
+    return out
+
+
+TwinSpec = LossSpec | MixSpec
+
+
+def open_twin_series(out: Path, spec: TwinSpec, tcp: TwinTcp) -> None:
     path = out / "series.json"
     mine = {"experiment": spec.experiment, "simulator": "ns-3", "spec": asdict(spec), "tcp": asdict(tcp)}
     if path.exists():
@@ -164,9 +189,9 @@ def open_twin_series(out: Path, spec: LossSpec, tcp: TwinTcp) -> None:
     write_json_atomic(path, mine | {"machine": simulator_manifest(sc)})
 
 
-def run_twin_loss(
+def run_twin_series(
     out: Path,
-    spec: LossSpec,
+    spec: TwinSpec,
     beside: Path | None = None,
     tcp: TwinTcp = TwinTcp(),
     say: Callable[[str], None] | None = None,
@@ -191,16 +216,45 @@ def run_twin_loss(
         make_dirs(d)
         r = run_point(cfg, buffer_bytes, opts, spec.seed, tcp)
         write_json_atomic(d / "result.json", r)
-        log(f"  loss {r['loss_rate']:.2%}, utilization {r['utilization']:.3f}, "
+        log(f"  loss {r['loss_rate']:.2%}, utilization {r['utilization']:.4f}, "
             f"{r['transfers']['in_window']['done']} transfers done, {r['wall_seconds']:.0f} s of wall")  # fmt: skip
-    rows = loss_rows(out, spec)
-    write_loss_report(out, rows, spec, where="the ns-3 twin")
-    if beside is not None:
-        write_atomic(out / "beside.md", beside_table(rows, loss_rows(beside, spec)))
+    if isinstance(spec, LossSpec):
+        rows = loss_rows(out, spec)
+        write_loss_report(out, rows, spec, where="the ns-3 twin")
+        if beside is not None:
+            write_atomic(out / "beside.md", loss_beside(rows, loss_rows(beside, spec)))
+    else:
+        rows = mix_rows(out, spec)
+        write_mix_report(out, rows, spec, where="the ns-3 twin")
+        if beside is not None:
+            write_atomic(out / "beside.md", mix_beside(rows, mix_rows(beside, spec)))
     return {"points": len(points), "finished": len(rows), "wall_seconds": round(time.monotonic() - t0)}
 
 
-def beside_table(twin: list[dict], emulated: list[dict]) -> str:
+def mix_beside(twin: list[dict], emulated: list[dict]) -> str:
+    emu = {(r["long_flows"], r["buffer"]): r for r in emulated}
+    lines = [
+        "| long flows | buffer | packets | twin utilization | emulation utilization | twin loss | emulation loss | "
+        "twin AFCT s | emulation AFCT s | emulation / twin AFCT |",
+        "|" + "---|" * 10,
+    ]
+    for r in twin:
+        e = emu.get((r["long_flows"], r["buffer"]))
+        ratio = f"{e['afct_s'] / r['afct_s']:.2f}" if e and e["afct_s"] and r["afct_s"] else "-"
+        lines.append(
+            f"| {r['long_flows']} | {'RTT*C/sqrt(n)' if r['buffer'] == 'sqrtn' else 'RTT*C'} | {r['buffer_packets']} | "
+            f"{r['utilization']:.4f} | {format(e['utilization'], '.4f') if e else '-'} | {r['loss_rate']:.2%} | "
+            f"{format(e['loss_rate'], '.2%') if e else '-'} | {_s(r['afct_s'])} | {_s(e['afct_s']) if e else '-'} | "
+            f"{ratio} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def loss_beside(twin: list[dict], emulated: list[dict]) -> str:
     emu = {(r["workload"], r["buffer_packets"]): r for r in emulated}
     lines = [
         "| traffic | buffer (pkts) | twin loss | emulation loss | emulation / twin | seed 001 | twin utilization | "
@@ -219,10 +273,11 @@ def beside_table(twin: list[dict], emulated: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check_beside(series: Path, spec: LossSpec) -> None:
-    """An emulated loss series run with the same settings, or a UsageError (before any simulation)."""
+def check_beside(series: Path, spec: TwinSpec) -> None:
+    """An emulated series of the same experiment run with the same settings, or a UsageError (before
+    any simulation)."""
     data = read_finished(series / "series.json")
-    if data is None or data.get("experiment") != "loss":
-        raise UsageError(f"--beside {series}: not a loss series (no series.json naming the loss experiment)")
+    if data is None or data.get("experiment") != spec.experiment:
+        raise UsageError(f"--beside {series}: not a {spec.experiment} series (no series.json naming it)")
     if data.get("spec") != asdict(spec):
         raise UsageError(f"--beside {series}: run with other settings than these; give the same options")
