@@ -11,6 +11,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 from bufsize.commands import quiet_if, result_dir
@@ -133,6 +134,7 @@ def cmd_sim_measure(a: argparse.Namespace) -> int:
         raise UsageError(f"--buffer-packets {a.buffer_packets}: must be from 1 to 10000000")
     out = result_dir(a)
     cal = max(a.buffer_packets, round(CALIBRATION_BDPS * cfg.bdp_bytes / FRAME_BYTES))
+    wall0 = time.monotonic()
     with SimDumbbell(cfg, a.flows, cal) as net:
         ref = net.run(max(3.0, a.settle_s)).rate_mbps  # the flows start at the large buffer, as emulated
         net.set_buffer(a.buffer_packets)
@@ -140,6 +142,8 @@ def cmd_sim_measure(a: argparse.Namespace) -> int:
             net.run(a.settle_s)
         ivs = [net.run(a.sample_s) for _ in range(max(1, round(a.duration / a.sample_s)))]
         up = net.flows_up()
+        simulated = net.sim_seconds
+    wall = time.monotonic() - wall0
     rates = [iv.rate_mbps for iv in ivs]
     sent, drops = sum(iv.packets for iv in ivs), sum(iv.drops for iv in ivs)
     result = {
@@ -158,6 +162,8 @@ def cmd_sim_measure(a: argparse.Namespace) -> int:
         "queue_mean_packets": round(sum(iv.queue_mean for iv in ivs) / len(ivs), 2),
         "queue_max_packets": max(iv.queue_max for iv in ivs),
         "rates_mbps": [round(r, 4) for r in rates],
+        "simulated_seconds": round(simulated, 3),
+        "wall_seconds": round(wall, 1),
         "config": cfg.to_dict(),
         "manifest": simulator_manifest(cfg),
     }
