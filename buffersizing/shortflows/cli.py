@@ -107,7 +107,7 @@ FIELDS = {
 
 def experiment_spec(a: argparse.Namespace) -> Fig10Spec | Fig12Spec | LossSpec | MixSpec | TransferSpec:
     cls, own, duration_field = EXPERIMENTS[a.name]
-    given = [k for k in FIELDS if getattr(a, k) is not None]
+    given = [k for k in FIELDS if getattr(a, k, None) is not None]  # the twin's parser has only some
     wrong = sorted(k.replace("_", "-") for k in given if k not in own)
     if wrong:
         raise UsageError(f"shortexp {a.name} does not take --{', --'.join(wrong)}")

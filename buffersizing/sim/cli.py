@@ -197,25 +197,14 @@ def cmd_sim_sweep(a: argparse.Namespace) -> int:
 
 
 def cmd_sim_shortexp(a: argparse.Namespace) -> int:
-    from bufsize.shortflows.cli import FIELDS
+    from bufsize.shortflows.cli import experiment_spec
     from bufsize.shortflows.loss import LossSpec
     from bufsize.shortflows.mix import MixSpec
     from bufsize.sim.shortexp import TwinTcp, check_beside, run_twin_series, sim_config
 
-    own = {"loss": ("workloads", "buffers", "users"), "mix": ("long_flows",)}[a.name]
-    wrong = sorted(k.replace("_", "-") for k in ("workloads", "buffers", "users", "long_flows")
-                   if k not in own and getattr(a, k) is not None)  # fmt: skip
-    if wrong:
-        raise UsageError(f"sim shortexp {a.name} does not take --{', --'.join(wrong)}")
-    spec: LossSpec | MixSpec = LossSpec(seed=a.seed) if a.name == "loss" else MixSpec(seed=a.seed)
-    for k in own:
-        if getattr(a, k) is not None:
-            name, parse = FIELDS[k]
-            setattr(spec, name, parse(getattr(a, k)))
-    if a.duration is not None:
-        if not 1 <= a.duration <= 24 * 3600:
-            raise UsageError(f"--duration {a.duration:g}: must be from 1 s to a day")
-        spec.duration_s = a.duration
+    spec = experiment_spec(a)  # the emulated experiment's own spec and option checks
+    assert isinstance(spec, LossSpec | MixSpec)  # the parser offers only these two
+    spec.seed = a.seed
     if not 1 <= a.seed <= 2**31:
         raise UsageError(f"--seed {a.seed}: a whole number from 1 to {2**31}")
     spec.validate()
