@@ -14,6 +14,7 @@ from bufsize.longlived.presets import PRESETS
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import (
     DELAY_BACKENDS,
+    LOSS_RECOVERIES,
     MAX_HOSTS,
     PACER_DEFAULT,
     SHAPER_CHOICES,
@@ -63,6 +64,19 @@ def add_link_args(p: argparse.ArgumentParser, rate: float | None = 62.5, rtt: st
         f"{'on' if PACER_DEFAULT else 'off'}: bench/results/pacing.md)",
     )
     p.add_argument("--access-mbps", type=float, default=1000.0, help="access link rate, 0 = unshaped (default 1000)")
+    p.add_argument(
+        "--loss-recovery",
+        choices=LOSS_RECOVERIES,
+        default="linux",
+        help="how senders find losses: linux (default: the kernel's RACK and tail-loss probes) or dupack"
+        " (both off: three duplicate ACKs or the timeout, as ns-2 and the ns-3 twin)",
+    )
+    p.add_argument(
+        "--delayed-ack",
+        choices=("on", "off"),
+        default="on",
+        help="the receiver's delayed ACKs: on (default, the kernel's) or off (every segment ACKed at once)",
+    )
 
 
 def add_topology_args(p: argparse.ArgumentParser) -> None:
@@ -194,6 +208,8 @@ def link_config(a: argparse.Namespace, hosts: int, buffer_bytes: int | None = No
         pacer=a.pacer == "on",
         cc=a.cc,
         access_mbps=a.access_mbps,
+        loss_recovery=a.loss_recovery,
+        delayed_ack=a.delayed_ack == "on",
     )
     cfg.validate()
     return cfg

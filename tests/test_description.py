@@ -23,6 +23,31 @@ def plan(backend: str, **kw) -> DumbbellPlan:
     return DumbbellPlan(cfg, backend, RUN_ID)
 
 
+def test_dupack_recovery_turns_off_rack_and_tail_loss_probes_on_every_tcp_host_only():
+    """--loss-recovery dupack: RACK and tail-loss probes off where TCP runs (senders, receiver); the
+    default leaves the kernel's, and the switch and delay line carry no TCP setting either way."""
+    off = {"net.ipv4.tcp_recovery=0", "net.ipv4.tcp_early_retrans=0"}
+    dup = dict(plan("delayline", loss_recovery="dupack").sysctls(bridge_netfilter_loaded=False))
+    for ns in (PREFIX + "h1", PREFIX + "h3", PREFIX + "r1"):
+        assert off <= set(dup[ns])
+    assert not off & set(dup[PREFIX + "s1"]) and not off & set(dup[PREFIX + "d1"])
+    default = dict(plan("delayline").sysctls(bridge_netfilter_loaded=False))
+    assert not any("tcp_recovery" in v or "tcp_early_retrans" in v for vals in default.values() for v in vals)
+    with pytest.raises(UsageError, match="--loss-recovery fast: must be one of linux, dupack"):
+        DumbbellConfig(loss_recovery="fast").validate()
+
+
+def test_delayed_acks_off_puts_the_quickack_metric_on_the_receivers_route_only():
+    def receiver_lines(p: DumbbellPlan) -> str:
+        return next(stdin for argv, stdin in p.addresses() if p.receiver_ns in argv)
+
+    off = receiver_lines(plan("delayline", delayed_ack=False))
+    assert "route replace 10.0.0.0/16 dev r1-eth0 proto kernel scope link src 10.0.0.1 quickack 1\n" in off
+    assert off.index("addr add 10.0.0.1/16") < off.index("quickack")  # the address (and its route) first
+    assert "quickack" not in receiver_lines(plan("delayline"))
+    assert not any("quickack" in stdin for argv, stdin in plan("delayline", delayed_ack=False).addresses()[1:])
+
+
 def test_names_and_addresses_follow_the_prefix_and_host_index():
     p = plan("delayline")
     assert p.bottleneck_dev == p.bottleneck.dev == BOTTLENECK_DEV  # named after the run: traces filter by name

@@ -48,6 +48,21 @@ def test_host_tcp_settings_and_bridge_netfilter(net):
     assert out.split() == ["0", "0"]
 
 
+def test_the_kernels_loss_recovery_and_delayed_acks_by_default_and_turned_off_when_asked(net, no_leftovers):
+    """The fixture's dumbbell keeps the kernel's RACK, tail-loss probes and delayed ACKs; one built
+    with --loss-recovery dupack --delayed-ack off turns the first two off on every TCP host and
+    puts the quickack metric on the receiver's route to the hosts (its TCP then ACKs each segment)."""
+    keys = ("net.ipv4.tcp_recovery", "net.ipv4.tcp_early_retrans")
+    assert in_ns(net.hosts[0].ns, "sysctl", "-n", *keys).split() != ["0", "0"]
+    assert "quickack" not in in_ns(net.receiver_ns, "ip", "route", "show")
+    cfg = DumbbellConfig(hosts=2, rate_mbps=20, rtt_ms=[10.0, 10.0], loss_recovery="dupack", delayed_ack=False)
+    with Dumbbell(cfg, "delayline") as other:
+        for ns in [h.ns for h in other.hosts] + [other.receiver_ns]:
+            assert in_ns(ns, "sysctl", "-n", *keys).split() == ["0", "0"], ns
+        routes = in_ns(other.receiver_ns, "ip", "route", "show", "10.0.0.0/16")
+        assert "quickack 1" in routes and "src 10.0.0.1" in routes, routes
+
+
 def test_bottleneck_tree_is_tbf_with_bfifo_leaf(net):
     out = in_ns(net.switch_ns, "tc", "qdisc", "show", "dev", net.bottleneck.dev)
     assert re.search(r"qdisc tbf 1: root .*rate 20Mbit", out)

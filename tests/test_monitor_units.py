@@ -14,6 +14,7 @@ from bufsize.monitors.fidelity import (
     summarize,
     trace_buffer_kb,
 )
+from bufsize.monitors.tcpstats import counter_delta, parse_proc_counters, pick_counters, recovery_shares, twin_counters
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.tracefs import instance_overruns
 
@@ -254,3 +255,42 @@ def test_the_progress_line_names_the_shaper_gaps_and_lag_or_why_there_are_none()
     old = {k: v for k, v in fid.items() if not k.startswith("lag")}  # results from before the lag
     assert "lag" not in describe_fidelity(old, "htb")
     assert "not measured: no trace" in describe_fidelity({"available": False, "reason": "no trace"}, "htb")
+
+
+SNMP = """Ip: Forwarding DefaultTTL
+Ip: 2 64
+Tcp: RtoAlgorithm RtoMin OutSegs RetransSegs
+Tcp: 1 200 5000 120
+"""
+NETSTAT = """TcpExt: SyncookiesSent TCPTimeouts TCPLossProbes TCPSackRecovery
+TcpExt: 0 7 3 40
+IpExt: InNoRoutes
+IpExt: 0
+"""
+
+
+def test_tcp_counters_are_read_by_name_and_a_field_this_kernel_lacks_reads_zero():
+    got = pick_counters({"snmp": SNMP, "netstat": NETSTAT})
+    assert got == {"out_segs": 5000, "retrans_segs": 120, "timeouts": 7, "loss_probes": 3, "sack_recoveries": 40,
+                   "reno_recoveries": 0, "spurious_rtos": 0}  # fmt: skip
+    shares = recovery_shares(got)
+    assert shares == {"timeouts_per_retrans": 0.0583, "probes_per_retrans": 0.025, "recoveries_per_retrans": 0.3333}
+    assert recovery_shares(dict.fromkeys(got, 0))["timeouts_per_retrans"] is None  # nothing sent again
+    before = dict.fromkeys(got, 1)
+    assert counter_delta(before, got)["timeouts"] == 6
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["Tcp: OutSegs RetransSegs\nTcp: 5\n", "Tcp: OutSegs\nUdp: 5\n"],
+)
+def test_tcp_counter_lines_that_do_not_pair_up_are_refused(text):
+    with pytest.raises(ValueError, match="unexpected /proc counter lines"):
+        parse_proc_counters(text)
+
+
+def test_the_twins_counts_take_the_kernels_names():
+    ivs = [{"out_segs": 10, "retrans_segs": 2, "timeouts": 1, "recoveries": 1}, {"out_segs": 5, "retrans_segs": 1,
+           "timeouts": 0, "recoveries": 2}]  # fmt: skip
+    assert twin_counters(ivs) == {"out_segs": 12, "retrans_segs": 3, "timeouts": 1, "loss_probes": 0,
+                                  "sack_recoveries": 3}  # fmt: skip

@@ -5,12 +5,14 @@ from __future__ import annotations
 import time
 
 import pytest
+from conftest import in_ns
 
 from bufsize.longlived.traffic import LongFlows
 from bufsize.monitors import fidelity
 from bufsize.monitors.cwnd import CwndTrace, trace_duty
 from bufsize.monitors.drops import DropMonitor
 from bufsize.monitors.recorder import Recorder, queue_stats, summary
+from bufsize.monitors.tcpstats import counter_delta, read_counters
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.dumbbell import Dumbbell
@@ -23,9 +25,15 @@ def recorder_for(net: Dumbbell, ports: range | None) -> Recorder:
 @pytest.mark.integration
 def test_queue_standing_with_large_buffer_near_empty_with_tiny_and_drops_only_at_bottleneck(no_leftovers):
     # 20 Mb/s, 20 ms: a BDP of 33 packets. 100 packets of buffer hold a standing queue for 4 cubic
-    # flows; 3 packets cannot, and the flows overflow them.
-    cfg = DumbbellConfig(hosts=2, rate_mbps=20, rtt_ms=[20.0, 20.0], buffer_bytes=100 * FRAME_BYTES, cc="cubic")
+    # flows; 3 packets cannot, and the flows overflow them. The senders find losses by duplicate
+    # ACKs only (--loss-recovery dupack), and their counters say so.
+    cfg = DumbbellConfig(hosts=2, rate_mbps=20, rtt_ms=[20.0, 20.0], buffer_bytes=100 * FRAME_BYTES, cc="cubic",
+                         loss_recovery="dupack")  # fmt: skip
     with Dumbbell(cfg, "delayline") as net, LongFlows(net, 4) as flows:
+        senders = [h.ns for h in net.hosts]
+        for ns in senders:
+            got = [in_ns(ns, "sysctl", "-n", f"net.ipv4.{k}").strip() for k in ("tcp_recovery", "tcp_early_retrans")]
+            assert got == ["0", "0"], (ns, got)
         rec = recorder_for(net, range(min(flows.ports), max(flows.ports) + 1)).start()
         try:
             time.sleep(3)
@@ -34,9 +42,11 @@ def test_queue_standing_with_large_buffer_near_empty_with_tiny_and_drops_only_at
             net.set_buffer(3 * FRAME_BYTES)
             time.sleep(2)
             drops = DropMonitor(net).start()
+            tcp0 = read_counters(senders)
             tiny = (time.monotonic(), time.monotonic() + 6)
             time.sleep(6)
             dropped = drops.stop()
+            tcp = counter_delta(tcp0, read_counters(senders))
         finally:
             recording = rec.stop()
         flows.check()
@@ -50,6 +60,11 @@ def test_queue_standing_with_large_buffer_near_empty_with_tiny_and_drops_only_at
 
     assert dropped.bottleneck > 0 and small["drops"] > 0
     assert dropped.outside == {}, dropped.outside
+    # Every loss is the bottleneck's, and each is sent again (bar those too near the end); no tail-loss
+    # probe with them off; the segments sent cover what the bottleneck dropped.
+    assert 0.8 * dropped.bottleneck <= tcp["retrans_segs"] <= 2 * dropped.bottleneck + 10, (tcp, dropped.bottleneck)
+    assert tcp["loss_probes"] == 0 and tcp["sack_recoveries"] + tcp["timeouts"] > 0, tcp
+    assert tcp["out_segs"] > 10 * dropped.bottleneck > 0, tcp
 
     s = summary(recording)
     assert s["error"] is None and s["queue"]["rate_hz"] > 50, s

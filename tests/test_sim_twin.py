@@ -55,6 +55,15 @@ def test_bottleneck_carries_its_rate_in_ethernet_frames_and_its_buffer_caps_the_
         net.run(2.0)
         tight = net.run(5.0)
         assert tight.queue_max <= 3 and tight.drops > 0
+        # The senders' counters (read as the emulation reads Linux's): every drop is sent again (bar
+        # those too near either end), and the segments sent are the frames carried plus those
+        # dropped, give or take what was in flight at either end (a 16.5-packet pipe, 40 queued).
+        # The 3-packet buffer leaves windows too small for three duplicate ACKs: more timeouts.
+        for iv in (full, tight):
+            assert abs(iv.tcp["retrans_segs"] - iv.drops) <= 0.05 * iv.drops + 20, (iv.tcp, iv.drops)
+            assert abs(iv.tcp["out_segs"] - iv.packets - iv.drops) <= 60, (iv.tcp, iv.packets, iv.drops)
+            assert iv.tcp["recoveries"] > 0
+        assert tight.tcp["timeouts"] / tight.drops > 2 * full.tcp["timeouts"] / full.drops, (full.tcp, tight.tcp)
         assert len(tight.drop_times) > 0 and all(tight.t0 <= t <= tight.t1 for t in tight.drop_times)
         assert net.flows_up() == 10
         pid = net.proc.pid
@@ -101,10 +110,28 @@ def test_helper_refuses_bad_arguments_and_commands():
     assert res.returncode == 2 and "more hosts than flows" in res.stderr
     res = subprocess.run([str(HELPER), "--flows", "nan"], capture_output=True, text=True)
     assert res.returncode == 2
+    res = subprocess.run([str(HELPER), "--flows", "2", "--hosts", "2", "--delack", "3"], capture_output=True, text=True)
+    assert res.returncode == 2 and "--delack 3" in res.stderr
     res = subprocess.run([str(HELPER), "--flows", "2", "--hosts", "2", "--rtt-ms", "20"], input="buffer 0\nrun -1\n"
                          "frobnicate\nquit\n", capture_output=True, text=True, timeout=30)  # fmt: skip
     replies = [json.loads(line) for line in res.stdout.splitlines()]
     assert res.returncode == 0 and [("error" in r) for r in replies] == [False, True, True, True]
+
+
+def test_delayed_acks_release_segments_in_pairs_and_without_them_one_at_a_time():
+    """One flow through a 10 Mb/s bottleneck is clocked by its ACKs. With delayed ACKs each ACK
+    covers two segments and the sender answers with two back to back (12 us apart at 1 Gb/s); with
+    every segment ACKed at once, one a time, a bottleneck frame time (1.2 ms) apart. The arrivals
+    at the bottleneck show which."""
+    back_to_back = {}
+    for on in (True, False):
+        with SimDumbbell(SimConfig(1, 10.0, [20.0], delayed_ack=on), 1, 40) as net:
+            net.run(3.0)
+            times = net.arrivals(2.0)
+        assert len(times) > 1000 and all(a <= b for a, b in zip(times, times[1:], strict=False))
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        back_to_back[on] = sum(g < 15e-6 for g in gaps) / len(gaps)
+    assert back_to_back[True] > 0.3 and back_to_back[False] < 0.1, back_to_back
 
 
 @pytest.mark.parametrize(
@@ -204,3 +231,9 @@ def test_sim_measure_reports_utilization_loss_and_its_cost(tmp_path):
     for r in got.values():
         assert r["simulated_seconds"] == pytest.approx(3 + 2 + 5, abs=1e-6)
         assert 0 < r["wall_seconds"] < 300 and len(r["rates_mbps"]) == 5
+    # The senders' loss recovery, under the emulation's names, per segment sent again (ns-3 has no
+    # tail-loss probe); a timeout's share grows as the buffer shrinks.
+    tight = got[2]["tcp"]
+    assert tight["retrans_segs"] > 0 and tight["loss_probes"] == 0 and tight["probes_per_retrans"] == 0
+    assert tight["timeouts_per_retrans"] == round(tight["timeouts"] / tight["retrans_segs"], 4)
+    assert tight["timeouts_per_retrans"] > (got[40]["tcp"]["timeouts_per_retrans"] or 0)

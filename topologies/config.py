@@ -136,6 +136,11 @@ DELAY_BACKENDS = ("auto", "netem", "delayline")
 # the bottleneck's rate sank from 62 to about 37 Mb/s while its queue stayed full (the same search
 # with it off held the rate), so it is off by default until that is understood: `--pacer on`.
 PACER_DEFAULT = False
+# How senders find a lost packet. "linux" leaves this kernel's default: RACK (time-based loss
+# detection) and tail-loss probes. "dupack" turns both off in the senders' namespaces
+# (net.ipv4.tcp_recovery=0, tcp_early_retrans=0): three duplicate ACKs or the RTO, as ns-2 and
+# ns-3 3.44's TCP find losses, so a difference from the twin can be put to either cause.
+LOSS_RECOVERIES = ("linux", "dupack")
 
 
 def parse_rtts(spec: str, hosts: int) -> list[float]:
@@ -174,6 +179,11 @@ def check_rtt_ms(value: float, spec: str | None = None) -> None:
         raise UsageError(f"--rtt-ms {given}: each RTT must be 0 or from {MIN_RTT_MS:g} to {MAX_RTT_MS:g} ms")
 
 
+def tcp_changes(loss_recovery: str = "linux", delayed_ack: bool = True) -> list[str]:
+    out = ["RACK and tail-loss probes off"] if loss_recovery == "dupack" else []
+    return out + ([] if delayed_ack else ["delayed ACKs off"])
+
+
 @dataclass
 class DumbbellConfig:
     """A dumbbell: `hosts` senders -> switch -> receiver, bottleneck at the switch's receiver port."""
@@ -188,6 +198,11 @@ class DumbbellConfig:
     access_mbps: float = 1000.0  # 0 leaves the access links unshaped
     burst_bytes: int | None = None  # None: the shaper's default, default_burst_bytes()
     pacer: bool = PACER_DEFAULT  # takes effect with shaper htb and the delay line (DumbbellPlan.pacing)
+    loss_recovery: str = "linux"  # LOSS_RECOVERIES
+    # The receiver's delayed ACKs (the kernel's: an ACK per two segments, a lone segment's after a
+    # timer of 40 ms or more that adapts to the flow); False: every segment ACKed at once (the
+    # route's quickack metric). bench/results/plateau/ measures what this does with many flows.
+    delayed_ack: bool = True
 
     @property
     def shaper_burst(self) -> int:
@@ -234,12 +249,20 @@ class DumbbellConfig:
             raise UsageError(f"--cc {self.cc}: this kernel offers {', '.join(ccs) or 'none'}")
         if self.access_mbps != 0:
             check_number("--access-mbps", self.access_mbps, self.rate_mbps, MAX_RATE_MBPS * 10)
+        if self.loss_recovery not in LOSS_RECOVERIES:
+            raise UsageError(f"--loss-recovery {self.loss_recovery}: must be one of {', '.join(LOSS_RECOVERIES)}")
+        if not isinstance(self.delayed_ack, bool):
+            raise UsageError(f"--delayed-ack {self.delayed_ack}: must be on or off")
         if not isinstance(self.pacer, bool):
             raise UsageError(f"--pacer {self.pacer}: must be on or off")
         # Every default is within these bounds; only a given burst needs checking.
         burst = self.burst_bytes
         if burst is not None and (not isinstance(burst, int) or not FRAME_BYTES <= burst <= 64 * FRAME_BYTES):
             raise UsageError(f"--burst-bytes {burst}: must be between {FRAME_BYTES} and {64 * FRAME_BYTES} bytes")
+
+    def tcp_changes(self) -> list[str]:
+        """What this run changed in the hosts' TCP from the kernel's, for titles and progress lines."""
+        return tcp_changes(self.loss_recovery, self.delayed_ack)
 
     @property
     def bdp_bytes(self) -> int:

@@ -71,9 +71,12 @@ def host_mac(i: int) -> str:
     return f"02:bf:00:01:{i >> 8:02x}:{i & 0xFF:02x}"
 
 
-def tcp_sysctls(cc: str) -> list[str]:
+def tcp_sysctls(cc: str, loss_recovery: str = "linux") -> list[str]:
     """Per-namespace TCP settings for senders and receiver (they vanish with the namespace)."""
-    return [
+    # config.LOSS_RECOVERIES: "dupack" turns off RACK (tcp_recovery bit 1) and tail-loss probes
+    # (early_retrans 3 is the kernel's default; 0 schedules no probe).
+    recovery = ["net.ipv4.tcp_recovery=0", "net.ipv4.tcp_early_retrans=0"] if loss_recovery == "dupack" else []
+    return recovery + [
         f"net.ipv4.tcp_congestion_control={cc}",
         # Cached ssthresh from an earlier flow would make each run depend on the one before.
         "net.ipv4.tcp_no_metrics_save=1",
@@ -177,7 +180,7 @@ class DumbbellPlan:
     def sysctls(self, bridge_netfilter_loaded: bool) -> list[tuple[str, list[str]]]:
         """Per-namespace sysctls. The bridge-netfilter keys exist only where br_netfilter is loaded
         (stock kernels build it as a module, usually not loaded: then bridged frames skip netfilter)."""
-        tcp = tcp_sysctls(self.cfg.cc) + NO_IPV6
+        tcp = tcp_sysctls(self.cfg.cc, self.cfg.loss_recovery) + NO_IPV6
         switch = NO_IPV6 + (NO_BRIDGE_NETFILTER if bridge_netfilter_loaded else []) + ROUTER
         out = [(self.switch_ns, switch), (self.receiver_ns, tcp)]
         if self.delay_ns:
@@ -191,6 +194,13 @@ class DumbbellPlan:
             f"link set lo up\nlink set {self.receiver_dev} up\n"
             f"addr add {RECEIVER_IP}/{PREFIX_LEN} dev {self.receiver_dev}\n"
         ]
+        if not self.cfg.delayed_ack:
+            # The hosts' subnet route with the quickack metric, which the receiver's TCP reads for
+            # every connection: each segment ACKed at once.
+            recv.append(
+                f"route replace 10.0.0.0/{PREFIX_LEN} dev {self.receiver_dev} proto kernel scope link "
+                f"src {RECEIVER_IP} quickack 1\n"
+            )
         recv += [
             f"neigh replace {h.ip} lladdr {SWITCH_WAN_MAC} dev {self.receiver_dev} nud permanent\n" for h in self.hosts
         ]

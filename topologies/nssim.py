@@ -71,6 +71,7 @@ class SimConfig:
     seed: int = 1
     iw: int = 10  # initial window, packets (Linux's; the seeds' ns-2 simulations mostly used 1 or 2)
     rto: str = "linux"
+    delayed_ack: bool = True  # an ACK per two segments or 40 ms (False: every segment ACKed at once)
 
     @property
     def bdp_bytes(self) -> int:
@@ -99,6 +100,8 @@ class SimConfig:
             raise UsageError(f"--seed {self.seed}: a whole number from 1 to {2**31}")
         if not 1 <= self.iw <= 1000:
             raise UsageError(f"--iw {self.iw}: an initial window from 1 to 1000 packets")
+        if not isinstance(self.delayed_ack, bool):
+            raise UsageError(f"--delayed-ack {self.delayed_ack}: must be on or off")
         if self.rto not in SIM_RTOS:
             raise UsageError(f"--rto {self.rto}: one of {', '.join(SIM_RTOS)}")
 
@@ -119,6 +122,8 @@ class Interval:
     queue_mean: float
     queue_max: int
     drop_times: list[float] = field(default_factory=list)  # each millisecond that saw a drop
+    # The long flows' loss recovery over the interval (out_segs, retrans_segs, timeouts, recoveries).
+    tcp: dict[str, int] = field(default_factory=dict)
 
     @property
     def rate_mbps(self) -> float:
@@ -142,7 +147,8 @@ class SimDumbbell:
         return [str(HELPER), "--flows", str(self.flows), "--hosts", str(c.hosts), "--rate-mbps", repr(c.rate_mbps),
                 "--rtt-ms", ",".join(repr(float(r)) for r in c.rtt_ms), "--cc", c.cc,
                 "--access-mbps", repr(c.access_mbps), "--buffer-packets", str(self.buffer_packets),
-                "--seed", str(c.seed), "--iw", str(c.iw), "--rto", c.rto]  # fmt: skip
+                "--seed", str(c.seed), "--iw", str(c.iw), "--rto", c.rto,
+                "--delack", "2" if c.delayed_ack else "1"]  # fmt: skip
 
     def __enter__(self) -> SimDumbbell:
         self.proc = subprocess.Popen(
@@ -212,6 +218,15 @@ class SimDumbbell:
         r = self._send(f"run {seconds!r}")
         self.sim_seconds = r["t1"]
         return Interval(**r)
+
+    def arrivals(self, seconds: float) -> list[float]:
+        """Advance `seconds`; the simulated time of every packet offered to the bottleneck's FIFO
+        (queued or dropped): the arrival process the emulation traces on the switch's port."""
+        if not 0 < seconds <= 60:
+            raise UsageError(f"arrivals are traced for 0 to 60 simulated seconds, not {seconds:g}")
+        times = [float(t) for t in self._send(f"arrivals {seconds!r}")["arrivals"]]
+        self.sim_seconds += seconds
+        return times
 
     def flows_up(self) -> int:
         return int(self._send("status")["flows_up"])

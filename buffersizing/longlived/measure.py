@@ -22,6 +22,7 @@ from bufsize.longlived.traffic import LongFlows, split_flows
 from bufsize.monitors.cpu import CpuMonitor
 from bufsize.monitors.rate import sample_rates
 from bufsize.monitors.recorder import Recorder, queue_stats
+from bufsize.monitors.tcpstats import counter_delta, read_counters, recovery_shares
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.counters import InterfaceCounters
@@ -88,6 +89,8 @@ def measure_buffer(
     n = max(1, round(o.duration_s / o.sample_s))
     cpu = CpuMonitor().start()
     leaf0 = net.bottleneck.leaf_drops()
+    senders = [h.ns for h in net.hosts]
+    tcp0 = read_counters(senders)
     t0 = time.monotonic()
     sampled = sample_rates(counters, n, o.sample_s, sleep)
     rates, sent_bytes, sent_packets, seconds = (
@@ -98,6 +101,7 @@ def measure_buffer(
     )
     t1 = time.monotonic()
     dropped = net.bottleneck.leaf_drops() - leaf0
+    tcp = counter_delta(tcp0, read_counters(senders))
     net.check_alive()
     flows.check()
     util = sent_bytes * 8 / seconds / 1e6 / cfg.rate_mbps
@@ -117,6 +121,7 @@ def measure_buffer(
         "bottleneck_drops": dropped,
         "packets_sent": sent_packets,
         "loss_rate": round(dropped / max(1, sent_packets + dropped), 6),
+        "tcp": tcp | recovery_shares(tcp),  # the senders' counters while sampling (monitors/tcpstats.py)
         "queue": queue_stats(rec.rec.queue, t0, t1),
         "cwnd_sum": (
             {"samples": len(sums), "mean": round(statistics.fmean(sums), 1), "sd": round(statistics.pstdev(sums), 1)}
@@ -155,7 +160,7 @@ def run_measure(
         f"RTT {min(cfg.rtt_ms):g}..{rtt:g} ms, "
         f"cc {cfg.cc}; BDP {pipe:.0f} packets (mean RTT); "
         f"buffers {', '.join(f'{b / FRAME_BYTES:.0f}' for b in buffers_bytes)} "
-        f"packets, {opts.duration_s:g} s each"
+        f"packets, {opts.duration_s:g} s each" + "".join(f"; {c}" for c in cfg.tcp_changes())
     )
     points: list[dict] = []
     reference = None
@@ -187,7 +192,8 @@ def run_measure(
         "points": points,
     }
     if len(points) == 1:  # the single-buffer form reads like one measurement
-        fields |= {k: points[0][k] for k in ("buffer_packets", "buffer_bytes", "utilization", "loss_rate", "queue")}
+        keys = ("buffer_packets", "buffer_bytes", "utilization", "loss_rate", "tcp", "queue")
+        fields |= {k: points[0][k] for k in keys}
     return ex.finish(
         fields,
         {},

@@ -14,6 +14,7 @@ from pathlib import Path
 from bufsize.resultdir import read_finished
 from bufsize.theory.ccrules import CcRule, rule_for
 from bufsize.topologies import FRAME_BYTES
+from bufsize.topologies.config import tcp_changes
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.projectfiles import REFERENCE_DIR
 from bufsize.topologies.safefiles import atomic_text, save_figure, write_atomic
@@ -305,6 +306,8 @@ def make_report(d: Path, title: str | None = None, with_sim: Path | None = None)
     else:
         shapers = "/".join(dict.fromkeys(r["config"]["shaper"] for r in results))  # auto may differ by N
         method = f"{shapers} + {first['delay_backend']}"
+        c = first.get("config", {})
+        method += "".join(f", {t}" for t in tcp_changes(c.get("loss_recovery", "linux"), c.get("delayed_ack", True)))
     title = title or (
         f"Minimum buffer for {first['target']:.0%} utilization: {first['nominal_rate_mbps']:g} Mb/s, "
         f"RTT {first['rtt_ms_for_theory']:g} ms, cc {first['cc']}, {method}"

@@ -35,6 +35,7 @@ from bufsize.longlived.traffic import LongFlows, split_flows
 from bufsize.monitors.cpu import CpuMonitor
 from bufsize.monitors.rate import sample_rates
 from bufsize.monitors.recorder import queue_stats, window
+from bufsize.monitors.tcpstats import counter_delta, read_counters, recovery_shares
 from bufsize.theory.ccrules import rule_for
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
@@ -238,6 +239,7 @@ class Measurement:
     packets_sent: int
     cpu: dict = field(default_factory=dict)
     queue: dict = field(default_factory=dict)  # backlog while sampling (monitors/recorder.py)
+    tcp: dict = field(default_factory=dict)  # senders' loss-recovery counters while sampling (monitors/tcpstats.py)
 
     @property
     def loss_rate(self) -> float:
@@ -323,6 +325,8 @@ class LinkProber:
         t0 = time.time()
         cpu = CpuMonitor().start()
         drops0 = self.net.bottleneck.leaf_drops()
+        senders = [h.ns for h in self.net.hosts]
+        tcp0 = read_counters(senders)
         sent0 = self.counters.read().tx_packets
         t_mono = time.monotonic()
         rates = self.rates(n, timing.sample_s)
@@ -330,6 +334,7 @@ class LinkProber:
         self.observe(buffer_bytes / FRAME_BYTES, *self.windows[-1])
         sent = self.counters.read().tx_packets - sent0
         drops = self.net.bottleneck.leaf_drops() - drops0
+        tcp = counter_delta(tcp0, read_counters(senders))
         share = cpu.stop()
         self.net.check_alive()
         self.flows.check()
@@ -343,6 +348,7 @@ class LinkProber:
             drops,
             sent,
             share.to_dict(),
+            tcp=tcp,
         )
         self.measurements.append(m)
         return m.utilization
@@ -421,9 +427,20 @@ def answer_fields(
         "loss_rate_at_answer": next(
             (round(m.loss_rate, 6) for m in reversed(measurements) if m.buffer_packets == answer), None
         ),
+        "tcp_at_answer": tcp_at(answer, measurements),
         "probes": [asdict(p) for p in res.probes],
         "measurements": [asdict(m) | {"loss_rate": round(m.loss_rate, 6)} for m in measurements],
     }
+
+
+def tcp_at(buffer_packets: int, measurements: list[Measurement]) -> dict | None:
+    """The senders' loss-recovery counters summed over every measurement at this buffer (None where
+    none was taken or none counted: the twin's, or a result from before the counters)."""
+    at = [m.tcp for m in measurements if m.buffer_packets == buffer_packets and m.tcp]
+    if not at:
+        return None
+    total = {k: sum(t.get(k, 0) for t in at) for k in at[0]}
+    return total | recovery_shares(total)
 
 
 def write_samples_csv(path: Path, measurements: list[Measurement]) -> None:
@@ -454,7 +471,7 @@ def run_search(
     say(
         f"search: {opts.flows} flows over {cfg.hosts} hosts, {cfg.rate_mbps:g} Mb/s, RTT {max(cfg.rtt_ms):g} ms, "
         f"cc {cfg.cc}, target {opts.target:.1%} of the {opts.relative_to} rate; BDP {th['bdp_packets']:.0f} packets, "
-        f"RTT*C/sqrt(N) {th['theory_sqrt_n_packets']:.1f}"
+        f"RTT*C/sqrt(N) {th['theory_sqrt_n_packets']:.1f}" + "".join(f"; {c}" for c in cfg.tcp_changes())
     )
     with ex:
         assert ex.net is not None

@@ -104,7 +104,8 @@ def sweep_argv(spec: SweepSpec) -> list[str]:
     if spec.burst_bytes is not None:
         argv += ["--burst-bytes", str(spec.burst_bytes)]
     argv += ["--delay-backend", spec.delay_backend, "--access-mbps", repr(spec.access_mbps)]
-    argv += ["--pacer", "on" if spec.pacer else "off"]
+    argv += ["--pacer", "on" if spec.pacer else "off", "--loss-recovery", spec.loss_recovery]
+    argv += ["--delayed-ack", "on" if spec.delayed_ack else "off"]
     argv += ["--target", repr(s["target"]), "--relative-to", s["relative_to"], "--samples", str(s["samples"])]
     for key, opt in (
         ("settle_s", "--settle-s"),

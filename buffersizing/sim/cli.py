@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bufsize.commands import quiet_if, result_dir
 from bufsize.longlived.search import CALIBRATION_BDPS, SearchOptions, default_samples
+from bufsize.monitors.tcpstats import recovery_shares, twin_counters
 from bufsize.options import add_result_args, add_search_args, parse_flow_list
 from bufsize.resultdir import check_out_dir, write_json_atomic
 from bufsize.topologies import FRAME_BYTES
@@ -30,6 +31,12 @@ def add_sim_link_args(p: argparse.ArgumentParser, hosts_help: str) -> None:
     p.add_argument("--rtt-ms", default="87", help="RTT per sender host: 87, a list 20,40 or a range 20..300")
     p.add_argument("--cc", choices=SIM_CCS, default="reno", help="ns-3's TcpLinuxReno, TcpCubic or TcpBbr")
     p.add_argument("--access-mbps", type=float, default=1000.0, help="access link rate (default 1000)")
+    p.add_argument(
+        "--delayed-ack",
+        choices=("on", "off"),
+        default="on",
+        help="the receiver ACKs every second segment or after 40 ms (on, default) or each one at once",
+    )
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -89,7 +96,8 @@ def sim_config(a: argparse.Namespace, flows: int, hosts: int, seed: int) -> SimC
         raise UsageError(f"--flows {flows}: the twin takes 1 to {MAX_SIM_FLOWS}")
     if not 1 <= hosts <= MAX_SIM_HOSTS:  # before parse_rtts spreads a range over them
         raise UsageError(f"--hosts {hosts}: must be from 1 to {MAX_SIM_HOSTS}")
-    cfg = SimConfig(hosts, a.rate_mbps, parse_rtts(a.rtt_ms, hosts), a.cc, a.access_mbps, seed)
+    cfg = SimConfig(hosts, a.rate_mbps, parse_rtts(a.rtt_ms, hosts), a.cc, a.access_mbps, seed,
+                    delayed_ack=a.delayed_ack == "on")  # fmt: skip
     cfg.validate(flows)
     return cfg
 
@@ -161,6 +169,7 @@ def cmd_sim_measure(a: argparse.Namespace) -> int:
         "loss_rate": round(drops / max(1, sent + drops), 6),
         "queue_mean_packets": round(sum(iv.queue_mean for iv in ivs) / len(ivs), 2),
         "queue_max_packets": max(iv.queue_max for iv in ivs),
+        "tcp": (tcp := twin_counters([iv.tcp for iv in ivs])) | recovery_shares(tcp),
         "rates_mbps": [round(r, 4) for r in rates],
         "simulated_seconds": round(simulated, 3),
         "wall_seconds": round(wall, 1),
@@ -183,7 +192,8 @@ def cmd_sim_sweep(a: argparse.Namespace) -> int:
     opts = search_options(a, flows[0])
     search = {k: v for k, v in opts.to_dict().items() if k != "flows"}
     hosts = a.hosts if a.hosts is not None else 400
-    spec = SimSweepSpec(flows, a.seeds, hosts, a.rate_mbps, a.rtt_ms, a.cc, a.access_mbps, search)
+    spec = SimSweepSpec(flows, a.seeds, hosts, a.rate_mbps, a.rtt_ms, a.cc, a.access_mbps, search,
+                        delayed_ack=a.delayed_ack == "on")  # fmt: skip
     spec.validate()
     jobs = a.jobs if a.jobs is not None else default_jobs()
     check_jobs(jobs)

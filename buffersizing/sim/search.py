@@ -37,6 +37,7 @@ from bufsize.longlived.search import (
     write_samples_csv,
 )
 from bufsize.manifest import project_commit
+from bufsize.monitors.tcpstats import twin_counters
 from bufsize.resultdir import write_json_atomic
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.errors import RunError
@@ -60,6 +61,7 @@ RTO_TEXT = {"linux": "srtt + max(4 rttvar, 200 ms)", "ns2": "max(1 s, srtt + 4 r
 
 
 def simulator_manifest(cfg: SimConfig) -> dict:
+    acks = "delayed ACK 2 segments or 40 ms" if cfg.delayed_ack else "every segment ACKed at once"
     return {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
         "host": platform.node(),
@@ -70,8 +72,8 @@ def simulator_manifest(cfg: SimConfig) -> dict:
         "helper": HELPER.name,
         "seed": cfg.seed,
         "congestion_control": cfg.cc,
-        "tcp": f"ns-3 TcpLinuxReno/TcpCubic/TcpBbr; SACK, timestamps, window scaling, IW {cfg.iw}, delayed ACK 2 "
-        f"segments or 40 ms, PRR, RTO {RTO_TEXT[cfg.rto]}; 1448-byte segments",
+        "tcp": f"ns-3 TcpLinuxReno/TcpCubic/TcpBbr; SACK, timestamps, window scaling, IW {cfg.iw}, {acks}, PRR, "
+        f"RTO {RTO_TEXT[cfg.rto]}; 1448-byte segments",
         "project_commit": project_commit(),
     }
 
@@ -137,6 +139,7 @@ class SimProber:
                 "max_packets": max(iv.queue_max for iv in ivs),
                 "drops": sum(iv.drops for iv in ivs),
             },
+            tcp=twin_counters([iv.tcp for iv in ivs]) if all(iv.tcp for iv in ivs) else {},
         )
         self.measurements.append(m)
         return m.utilization

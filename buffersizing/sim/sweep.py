@@ -41,10 +41,12 @@ class SimSweepSpec:
     cc: str
     access_mbps: float
     search: dict = field(default_factory=dict)  # SearchOptions fields other than flows
+    delayed_ack: bool = True  # absent from sweeps made before the option: on, as they ran
 
     def config(self, flows: int, seed: int) -> SimConfig:
         hosts = min(flows, self.max_hosts)
-        return SimConfig(hosts, self.rate_mbps, parse_rtts(self.rtt_ms, hosts), self.cc, self.access_mbps, seed)
+        rtts = parse_rtts(self.rtt_ms, hosts)
+        return SimConfig(hosts, self.rate_mbps, rtts, self.cc, self.access_mbps, seed, delayed_ack=self.delayed_ack)
 
     def options(self, flows: int) -> SearchOptions:
         return SearchOptions(flows=flows, **self.search)
@@ -89,7 +91,7 @@ def open_sim_sweep(out: Path, spec: SimSweepSpec) -> None:
     path = out / "manifest.json"
     if path.exists():
         try:
-            old = json.loads(path.read_text())["spec"]
+            old = {"delayed_ack": True} | json.loads(path.read_text())["spec"]
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise UsageError(f"{path} is not a sweep manifest; choose another --out") from e
         if old != spec.to_dict():

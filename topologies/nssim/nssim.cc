@@ -12,6 +12,8 @@
 //   user <host> <until> <think> <bytes> [<think> <bytes> ...]
 //                      a closed-loop user: thinks, transfers, and on completion thinks again, in
 //                      the order given; starts nothing after simulated time `until`
+//   arrivals <seconds> advance the simulation; prints the time of every packet offered to the
+//                      bottleneck's FIFO (queued or dropped) in that time
 //   transfers          prints every short transfer: host, bytes, start and completion time (-1: not
 //                      completed), in the order they started
 //   quit
@@ -44,6 +46,11 @@ using namespace ns3;
 namespace
 {
 
+struct TcpCounts
+{
+    uint64_t segs = 0, retrans = 0, timeouts = 0, recoveries = 0;
+};
+
 const uint32_t kPpp = 2;  // point-to-point header
 const uint32_t kEth = 14; // Ethernet header
 
@@ -71,10 +78,14 @@ class BszFifo : public Queue<Packet>
     std::vector<double> dropTimes; // seconds, since the last report
     double area = 0;               // packet-seconds since the last report
     uint32_t maxLen = 0;
+    bool recordArrivals = false;
+    std::vector<double> arrivals; // every packet offered to the queue while recording (seconds)
 
     bool Enqueue(Ptr<Packet> p) override
     {
         Account();
+        if (recordArrivals)
+            arrivals.push_back(Simulator::Now().GetSeconds());
         if (GetNPackets() >= limit)
         {
             drops++;
@@ -146,13 +157,14 @@ struct Options
     double startSpreadS = 1.0;
     uint32_t iw = 10;
     std::string rto = "linux";
+    uint32_t delack = 2; // segments a delayed ACK waits for (1: every segment ACKed at once)
 };
 
 [[noreturn]] void Usage(const std::string& why)
 {
     std::cerr << "bsz-nssim: " << why << "\n"
               << "usage: bsz-nssim --flows N --hosts H --rate-mbps C --rtt-ms R[,R...] --cc reno|cubic|bbr "
-                 "--buffer-packets B [--access-mbps A] [--seed S] [--start-spread-s T] [--iw PACKETS] [--rto linux|ns2]\n"
+                 "--buffer-packets B [--access-mbps A] [--seed S] [--start-spread-s T] [--iw PACKETS] [--rto linux|ns2] [--delack 1|2]\n"
                  "(--flows 0: short transfers only, given on stdin)\n";
     std::exit(2);
 }
@@ -195,6 +207,8 @@ Options Parse(int argc, char** argv)
             o.startSpreadS = Number(flag, v, 0, 100);
         else if (flag == "--iw")
             o.iw = Number(flag, v, 1, 1000);
+        else if (flag == "--delack")
+            o.delack = Number(flag, v, 1, 2);
         else if (flag == "--rto")
         {
             if (v != "linux" && v != "ns2")
@@ -239,7 +253,7 @@ int main(int argc, char** argv)
     // 1448 bytes of payload: a 1500-byte IP packet with the timestamp option, as Linux sends.
     Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(1448));
     Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(o.iw));
-    Config::SetDefault("ns3::TcpSocket::DelAckCount", UintegerValue(2));
+    Config::SetDefault("ns3::TcpSocket::DelAckCount", UintegerValue(o.delack));
     // A lost SYN is sent again after 1 s, as Linux does (ns-3's default waits 3 s).
     Config::SetDefault("ns3::TcpSocket::ConnTimeout", TimeValue(Seconds(1)));
     Config::SetDefault("ns3::TcpSocket::DelAckTimeout", TimeValue(MilliSeconds(40)));
@@ -398,6 +412,41 @@ int main(int argc, char** argv)
                 }));
     shortSinkApp.Start(Seconds(0));
 
+    // The long flows' loss recovery, counted as the emulation reads Linux's counters
+    // (monitors/tcpstats.py): data segments sent (first time or again) and sent again, timeouts,
+    // fast recoveries.
+    // ns-3 traces a timeout only through its RTO, doubled at each expiry (a new RTT sample
+    // sets it afresh and never exactly doubles it), so a doubling counts one timeout, backoffs
+    // included as Linux counts them.
+    TcpCounts tcp;
+    auto watch = [&tcp](Ptr<Application> a) {
+        Ptr<Socket> s = DynamicCast<BulkSendApplication>(a)->GetSocket();
+        bool ok = s->TraceConnectWithoutContext(
+            "Tx", Callback<void, Ptr<const Packet>, const TcpHeader&, Ptr<const TcpSocketBase>>(
+                      [&tcp](Ptr<const Packet> p, const TcpHeader&, Ptr<const TcpSocketBase>) {
+                          if (p->GetSize() > 0)
+                              tcp.segs++;
+                      }));
+        ok &= s->TraceConnectWithoutContext(
+            "Retransmission",
+            Callback<void, Ptr<const Packet>, const TcpHeader&, const Address&, const Address&,
+                     Ptr<const TcpSocketBase>>(
+                [&tcp](Ptr<const Packet>, const TcpHeader&, const Address&, const Address&,
+                       Ptr<const TcpSocketBase>) { tcp.retrans++; }));
+        ok &= s->TraceConnectWithoutContext("RTO", Callback<void, Time, Time>([&tcp](Time before, Time after) {
+                                                if (after == before * 2)
+                                                    tcp.timeouts++;
+                                            }));
+        ok &= s->TraceConnectWithoutContext(
+            "CongState",
+            Callback<void, TcpSocketState::TcpCongState_t, TcpSocketState::TcpCongState_t>(
+                [&tcp](TcpSocketState::TcpCongState_t, TcpSocketState::TcpCongState_t now) {
+                    if (now == TcpSocketState::CA_RECOVERY)
+                        tcp.recoveries++;
+                }));
+        if (!ok)
+            std::cerr << "bsz-nssim: a TCP trace source is missing in this ns-3\n";
+    };
     Ptr<UniformRandomVariable> start = CreateObject<UniformRandomVariable>();
     for (uint32_t f = 0; f < o.flows; f++)
     {
@@ -405,7 +454,11 @@ int main(int argc, char** argv)
         bulk.SetAttribute("MaxBytes", UintegerValue(0));
         bulk.SetAttribute("SendSize", UintegerValue(64 * 1448));
         ApplicationContainer app = bulk.Install(senders.Get(f % o.hosts));
-        app.Start(Seconds(start->GetValue(0, o.startSpreadS)));
+        Time at = Seconds(start->GetValue(0, o.startSpreadS));
+        app.Start(at);
+        // The application makes its socket when it starts: watch it just after.
+        Ptr<Application> a = app.Get(0);
+        Simulator::Schedule(at + NanoSeconds(1), [watch, a]() { watch(a); });
     }
 
     std::string line;
@@ -441,6 +494,7 @@ int main(int argc, char** argv)
                 continue;
             }
             uint64_t bytes0 = txBytes, packets0 = txPackets, drops0 = fifo->drops;
+            TcpCounts tcp0 = tcp;
             double t0 = Simulator::Now().GetSeconds();
             fifo->Take();
             Simulator::Stop(Seconds(t));
@@ -450,7 +504,10 @@ int main(int argc, char** argv)
             std::cout << "{\"t0\": " << t0 << ", \"t1\": " << t1 << ", \"bytes\": " << txBytes - bytes0
                       << ", \"packets\": " << txPackets - packets0 << ", \"drops\": " << fifo->drops - drops0
                       << ", \"flows_up\": " << upFlows.size() << ", \"queue_mean\": " << q.area / (t1 - t0)
-                      << ", \"queue_max\": " << q.maxLen << ", \"drop_times\": [";
+                      << ", \"queue_max\": " << q.maxLen << ", \"tcp\": {\"out_segs\": " << tcp.segs - tcp0.segs
+                      << ", \"retrans_segs\": " << tcp.retrans - tcp0.retrans
+                      << ", \"timeouts\": " << tcp.timeouts - tcp0.timeouts
+                      << ", \"recoveries\": " << tcp.recoveries - tcp0.recoveries << "}, \"drop_times\": [";
             // One time per millisecond that saw a drop: enough for loss episodes (bins of 2 RTTs).
             long lastMs = -1;
             bool first = true;
@@ -464,6 +521,28 @@ int main(int argc, char** argv)
                 first = false;
             }
             std::cout << "]}" << std::endl;
+        }
+        else if (cmd == "arrivals")
+        {
+            // The arrival process at the bottleneck (what the emulation traces on the switch's
+            // port into the line): every packet offered, queued or dropped, over `seconds`.
+            double t = -1;
+            in >> t;
+            if (!(t > 0 && t <= 60))
+            {
+                std::cout << "{\"error\": \"arrivals: seconds from 0 to 60\"}" << std::endl;
+                continue;
+            }
+            fifo->arrivals.clear();
+            fifo->recordArrivals = true;
+            Simulator::Stop(Seconds(t));
+            Simulator::Run();
+            fifo->recordArrivals = false;
+            std::cout << "{\"arrivals\": [";
+            for (size_t i = 0; i < fifo->arrivals.size(); i++)
+                std::cout << (i ? ", " : "") << fifo->arrivals[i];
+            std::cout << "]}" << std::endl;
+            fifo->arrivals.clear();
         }
         else if (cmd == "transfer")
         {
