@@ -161,3 +161,16 @@ def spec_of(*argv: str):
 
 def in_ns(ns: str, *argv: str) -> str:
     return subprocess.run(netns.in_ns(ns, list(argv)), capture_output=True, text=True, check=True).stdout
+
+
+def path_floor_ms(cfg) -> float:  # noqa: ANN001 - a DumbbellConfig (imported here only when used)
+    """The smallest round trip of the same path with no delay configured, measured now: what the
+    veths, the switch and the delay line add on this machine. RTT checks judge the delay against
+    it, not against an absolute figure: it was 0.41 ms on a slower day, past a fixed 0.4 ms margin."""
+    from dataclasses import replace
+
+    from bufsize.topologies.dumbbell import Dumbbell
+    from bufsize.verify import measure_rtts
+
+    with Dumbbell(replace(cfg, hosts=1, rtt_ms=[0.0]), "delayline") as base:
+        return min(r.min_ms for r in measure_rtts(base, count=10, interval=0.05))

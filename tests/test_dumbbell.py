@@ -7,7 +7,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import in_ns
+from conftest import in_ns, path_floor_ms
 
 from bufsize.topologies import FRAME_BYTES, sysctl
 from bufsize.topologies.config import DumbbellConfig, parse_rtts
@@ -125,9 +125,10 @@ def test_each_host_gets_its_own_rtt(no_leftovers):
     cfg = DumbbellConfig(hosts=4, rtt_ms=parse_rtts("20..300", 4))
     with Dumbbell(cfg, "delayline") as net:
         results = measure_rtts(net, count=5, interval=0.1)
+    floor = path_floor_ms(cfg)  # the same path with no delay, measured now
     assert [r.host for r in results] == [1, 2, 3, 4]
     for r in results:
-        assert abs(r.min_ms - r.configured_ms) <= 0.01 * r.configured_ms + 0.3, r
+        assert abs(r.min_ms - floor - r.configured_ms) <= 0.01 * r.configured_ms + 0.3, (r, floor)
         assert r.loss_pct == 0
 
 

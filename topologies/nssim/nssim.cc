@@ -21,8 +21,9 @@
 // whose port toward the one receiver is the bottleneck: rate C, no propagation delay, and a FIFO of
 // B packets with no queueing discipline in front of it (ns-3 would add a 1000-packet pfifo_fast).
 // TCP is set as close to Linux as ns-3 allows: SACK, timestamps, window scaling, initial window 10,
-// delayed ACKs every 2 segments or 40 ms, PRR, and an RTO of srtt + max(4 rttvar, 200 ms) (ns-3's
-// clock granularity term is exactly Linux's rto_min term; its default 1 s minimum RTO starves flows).
+// delayed ACKs every 2 segments or 40 ms (--delack 1: every segment at once), PRR, and an RTO of
+// srtt + max(4 rttvar, 200 ms) (ns-3's clock granularity term is exactly Linux's rto_min term; its
+// default 1 s minimum RTO starves flows).
 #include "ns3/applications-module.h"
 #include "ns3/core-module.h"
 #include "ns3/internet-module.h"
