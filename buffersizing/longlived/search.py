@@ -434,8 +434,8 @@ def answer_fields(
 
 
 def tcp_at(buffer_packets: int, measurements: list[Measurement]) -> dict | None:
-    """The senders' loss-recovery counters summed over every measurement at this buffer (None where
-    none was taken or none counted: the twin's, or a result from before the counters)."""
+    """The senders' loss-recovery counters summed over every measurement at this buffer, emulated or
+    on the twin (None where none was taken there or none counted)."""
     at = [m.tcp for m in measurements if m.buffer_packets == buffer_packets and m.tcp]
     if not at:
         return None
