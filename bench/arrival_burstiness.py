@@ -91,24 +91,13 @@ def burstiness(times: list[float], buffer_packets: int) -> dict:
     return out
 
 
-def quickack(net: Dumbbell) -> None:
-    """The receiver ACKs every segment at once (the route's quickack metric, which its TCP reads
-    for each connection made after): no delayed ACK, so no ACK timer on a lone segment."""
-    route = ["10.0.0.0/16", "dev", net.receiver_dev, "proto", "kernel", "scope", "link", "src", net.receiver_ip]
-    run(["ip", "-n", net.receiver_ns, "route", "replace", *route, "quickack", "1"])
-    shown = run(["ip", "-n", net.receiver_ns, "route", "show", "10.0.0.0/16"]).stdout
-    if "quickack 1" not in shown:
-        raise RuntimeError(f"quickack not set on the receiver's route: {shown}")
-
-
 def emulated(flows: int, hosts: int, buffer_packets: int, variant: str) -> tuple[list[float], dict]:
     bdp = round(RATE_MBPS * 1e6 / 8 * RTT_MS / 1000 / FRAME_BYTES)
+    # quickack: the receiver ACKs every segment at once (--delayed-ack off, the route's quickack metric).
     cfg = DumbbellConfig(hosts=hosts, rate_mbps=RATE_MBPS, rtt_ms=parse_rtts(str(RTT_MS), hosts),
-                         buffer_bytes=2 * bdp * FRAME_BYTES, cc="reno")  # fmt: skip
+                         buffer_bytes=2 * bdp * FRAME_BYTES, cc="reno", delayed_ack=variant != "quickack")  # fmt: skip
     with Dumbbell(cfg, "delayline") as net:
-        if variant == "quickack":
-            quickack(net)
-        elif variant == "nocompsack":
+        if variant == "nocompsack":
             # Only Linux's SACK compression off (quickack turns it off too: an immediate ACK
             # never waits): with out-of-order data queued, the receiver otherwise holds SACKs
             # up to 1 ms (5 % of the RTT at most) and sends one for up to 44 segments.

@@ -116,7 +116,8 @@ SEARCH_DEFAULTS = {
     "tool": "iperf",
     "fidelity_s": 2.0,
 }
-LINK_DEFAULTS = {"shaper": "auto", "burst_bytes": None, "delay_backend": "auto", "access_mbps": 1000.0}
+LINK_DEFAULTS = {"shaper": "auto", "burst_bytes": None, "delay_backend": "auto", "access_mbps": 1000.0,
+                 "loss_recovery": "linux"}  # fmt: skip
 
 
 def make_spec(preset_name: str | None, flows: list[int] | None, overrides: dict, search: dict) -> SweepSpec:
@@ -151,7 +152,6 @@ def make_spec(preset_name: str | None, flows: list[int] | None, overrides: dict,
         shaper=pinned_shaper(pick("shaper", LINK_DEFAULTS["shaper"]), overrides.get("delay_backend", "auto")),
         **{k: overrides.get(k, v) for k, v in LINK_DEFAULTS.items() if k != "shaper"},
         pacer=overrides.get("pacer", "on" if PACER_DEFAULT else "off") == "on",
-        loss_recovery=overrides.get("loss_recovery") or "linux",
         delayed_ack=overrides.get("delayed_ack", "on") != "off",
         search=search_opts,
         preset=preset_name,
