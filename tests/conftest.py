@@ -79,6 +79,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = kept
 
 
+@pytest.fixture(autouse=True)
+def same_network_namespace():
+    """Every thread of this process must end each test in the namespace it began in: the toolkit
+    enters hosts' namespaces in-process (netns.entered), and a thread left in one would make every
+    later test's sockets and subprocesses start there. Fails the test that did it, and puts the
+    main thread back so the tests after it still judge their own code."""
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        before = os.fstat(home).st_ino
+        yield
+        now = os.stat("/proc/thread-self/ns/net").st_ino
+        if now != before:
+            netns.setns_fd(home, "the test process's own namespace")
+            pytest.fail(f"the test left this process's main thread in another network namespace (inode {now})")
+    finally:
+        os.close(home)
+
+
 @pytest.fixture
 def root() -> None:
     # Fails, not skips: the full suite runs as root (CI does), and a skipped root test must not pass as

@@ -7,7 +7,6 @@ alive, its stderr has no sanitizer report, and an ordinary frame and a ping stil
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import json
 import os
@@ -18,11 +17,11 @@ import struct
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from bufsize.topologies import netns
 from bufsize.topologies.wire import Wire
 
 pytestmark = pytest.mark.integration
@@ -36,33 +35,15 @@ ETH_P_ALL, ETH_P_IP, ETH_P_ARP, ETH_P_IPV6 = 0x0003, 0x0800, 0x0806, 0x86DD
 ETH_P_8021Q, ETH_P_8021AD, ETH_P_QINQ1 = 0x8100, 0x88A8, 0x9100
 SOL_PACKET, PACKET_AUXDATA, PACKET_OUTGOING = 263, 8, 4
 TP_STATUS_VLAN_VALID, TP_STATUS_VLAN_TPID_VALID = 1 << 4, 1 << 6
-CLONE_NEWNET = 0x40000000
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def nsenter(ns: str, argv: list[str]) -> list[str]:
     return ["nsenter", f"--net=/run/netns/{ns}", "--", *argv]
 
 
-@contextmanager
-def entered(ns: str) -> Iterator[None]:
-    """This thread in namespace `ns`: sockets opened here stay there after we switch back.
-
-    (Python 3.11 has no os.setns.)
-    """
-    with open("/proc/thread-self/ns/net") as home, open(f"/run/netns/{ns}") as target:
-        if _libc.setns(target.fileno(), CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), f"setns {ns}")
-        try:
-            yield
-        finally:
-            if _libc.setns(home.fileno(), CLONE_NEWNET) != 0:
-                raise OSError(ctypes.get_errno(), "setns back")
-
-
 def raw_socket(ns: str, listen: bool) -> socket.socket:
     """An AF_PACKET socket on e0 of `ns`; a sender's (protocol 0) receives nothing."""
-    with entered(ns):
+    with netns.entered(ns):
         proto = ETH_P_ALL if listen else 0
         s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(proto))
         s.bind(("e0", proto))

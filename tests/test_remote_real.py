@@ -93,15 +93,25 @@ class Machine:
             ["nsenter", f"--net=/run/netns/{self.ns}", "unshare", "--uts", "sh", "-c", script],
             stdout=log, stderr=log, start_new_session=True,
         )  # fmt: skip
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
+        error: OSError | None = None
         while time.monotonic() < deadline:
             try:
                 socket.create_connection((self.ip, PORT), timeout=1).close()
                 return
-            except OSError:
+            except OSError as e:
+                error = e
                 assert self.proc.poll() is None, (self.dir / "sshd.log").read_text()
                 time.sleep(0.1)
-        pytest.fail(f"sshd of {self.name} did not listen: {(self.dir / 'sshd.log').read_text()}")
+        # What this side saw, for a failure that cannot be rerun: the last error, where the
+        # kernel would send the SYN, and whether this thread is still in the initial namespace.
+        route = run("ip", "route", "get", self.ip, check=False).stdout.strip()
+        addrs = run("ip", "-br", "-4", "addr", check=False).stdout.strip()
+        same = os.stat("/proc/thread-self/ns/net").st_ino == os.stat("/proc/1/ns/net").st_ino
+        pytest.fail(
+            f"could not connect to sshd of {self.name} at {self.ip}:{PORT}: {error!r}; route: {route!r}; "
+            f"addresses: {addrs!r}; in the initial namespace: {same}; sshd: {(self.dir / 'sshd.log').read_text()}"
+        )
 
     def kill(self) -> None:
         """The listener and every per-connection sshd under it (all started by us), by PID."""
@@ -119,6 +129,16 @@ class Machine:
         self.kill()
         run("ip", "link", "del", self.veth, check=False)
         run("ip", "netns", "del", self.ns, check=False)
+
+
+def free_subnets(count: int) -> list[int]:
+    """Third octets x whose 10.213.x.0/30 no address here falls in (a machine this runs on may
+    already use some of 10.213/16; a second address in the same /30 would take the route)."""
+    used = run("ip", "-4", "-o", "addr", "show").stdout
+    taken = {int(p[2]) for p in (w.split("/")[0].split(".") for w in used.split() if w.startswith("10.213."))}
+    free = [x for x in range(200, 256) if x not in taken]
+    assert len(free) >= count, f"no free 10.213.x.0/30 subnets here: {used}"
+    return free[:count]
 
 
 def descendants(pid: int) -> list[int]:
@@ -150,7 +170,8 @@ def machines(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ssh")
     tag = f"{os.getpid() % 100000}"
     made_privsep = False
-    ms = [Machine(n, f"bszt-ssh-{tag}-{n}", f"bszt{tag}{n}", 200 + i, tmp) for i, n in enumerate("ab")]
+    subnets = free_subnets(2)
+    ms = [Machine(n, f"bszt-ssh-{tag}-{n}", f"bszt{tag}{n}", subnets[i], tmp) for i, n in enumerate("ab")]
     try:
         if not Path("/run/sshd").exists():  # sshd's privilege separation directory
             Path("/run/sshd").mkdir(mode=0o755)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from bufsize.topologies.proc import run
@@ -53,20 +54,47 @@ def delete(name: str) -> None:
     run(["ip", "netns", "delete", name], check=False)
 
 
+CLONE_NEWNET = 0x40000000
+_libc: ctypes.CDLL | None = None
+
+
+def setns_fd(fd: int, what: str) -> None:
+    """Move the calling thread into the network namespace open as `fd` (Python 3.11 has no
+    os.setns). Never creates a namespace: pyroute2's setns() does, given a name that is gone."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns into {what}: {os.strerror(err)}")
+
+
 @contextmanager
-def entered(name: str):
+def entered(name: str) -> Iterator[None]:
     """Switch the calling thread into namespace `name` for the duration of the block.
 
     Sockets created inside (netlink, ioctl) stay bound to that namespace after we switch back,
     which is how monitors read a namespace's counters without forking a process per sample.
-    """
-    from pyroute2.netns import popns, pushns
 
-    pushns(name)
+    The way back is this thread's own namespace, held open here. pyroute2's pushns()/popns() keep
+    one stack for the whole process and save the main thread's namespace (/proc/self), so two
+    threads entering at once (the recorder opening its sockets while a search reads the senders'
+    counters) could leave either thread, or the main one, in a host's namespace (reproduced in
+    tests/test_netns_threads.py).
+    """
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        yield
+        target = os.open(ns_path(name), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            setns_fd(target, name)
+        finally:
+            os.close(target)
+        try:
+            yield
+        finally:
+            setns_fd(home, "this thread's own namespace")
     finally:
-        popns()
+        os.close(home)
 
 
 def iproute(name: str):
@@ -86,24 +114,17 @@ class NamespaceSockets:
         self.home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         self.fds: dict[str, int] = {}
 
-    def _enter(self, fd: int) -> None:
-        # pyroute2's setns, given an open descriptor (flags 0: never creates a namespace). Imported
-        # here: `mn --custom` loads this layer under Debian's python3, which has no pyroute2.
-        from pyroute2.netns import setns
-
-        setns(fd, flags=0)
-
     def socket(
         self, name: str, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM, proto: int = 0
     ) -> socket.socket:
         fd = self.fds.get(name)
         if fd is None:
             fd = self.fds[name] = os.open(ns_path(name), os.O_RDONLY | os.O_CLOEXEC)
-        self._enter(fd)
+        setns_fd(fd, name)
         try:
             return socket.socket(family, kind, proto)
         finally:
-            self._enter(self.home)
+            setns_fd(self.home, "this thread's own namespace")
 
     def close(self) -> None:
         for fd in [self.home, *self.fds.values()]:
