@@ -24,8 +24,9 @@ fast:
 
 # The host suite, then the VM stage (tests/vm/stage.sh): the netem and OVS tests (marker vm) on
 # Debian's stock kernel in a VM. The stage prints "SKIP: <reason>" and passes where it cannot run.
+# --durations: the 25 slowest tests, so a run (and CI's log) shows where the suite's time goes.
 test: helpers lint
-	$(PY) -m pytest -m "not vm" -q -ra
+	$(PY) -m pytest -m "not vm" -q -ra --durations=25
 	tests/vm/stage.sh
 
 vm-test: helpers

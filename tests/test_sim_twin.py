@@ -128,7 +128,9 @@ def test_delayed_acks_release_segments_in_pairs_and_without_them_one_at_a_time()
         with SimDumbbell(SimConfig(1, 10.0, [20.0], delayed_ack=on), 1, 40) as net:
             net.run(3.0)
             times = net.arrivals(2.0)
+            assert net.sim_seconds == pytest.approx(5.0, abs=1e-6)  # from the helper's clock, not added here
         assert len(times) > 1000 and all(a <= b for a, b in zip(times, times[1:], strict=False))
+        assert 3.0 <= times[0] and times[-1] <= 5.0
         gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
         back_to_back[on] = sum(g < 15e-6 for g in gaps) / len(gaps)
     assert back_to_back[True] > 0.3 and back_to_back[False] < 0.1, back_to_back

@@ -224,9 +224,9 @@ class SimDumbbell:
         (queued or dropped): the arrival process the emulation traces on the switch's port."""
         if not 0 < seconds <= 60:
             raise UsageError(f"arrivals are traced for 0 to 60 simulated seconds, not {seconds:g}")
-        times = [float(t) for t in self._send(f"arrivals {seconds!r}")["arrivals"]]
-        self.sim_seconds += seconds
-        return times
+        r = self._send(f"arrivals {seconds!r}")
+        self.sim_seconds = r["t1"]
+        return [float(t) for t in r["arrivals"]]
 
     def flows_up(self) -> int:
         return int(self._send("status")["flows_up"])

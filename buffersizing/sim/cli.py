@@ -39,6 +39,16 @@ def add_sim_link_args(p: argparse.ArgumentParser, hosts_help: str) -> None:
     )
 
 
+def add_start_buffer_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--start-buffer",
+        default="calibration",
+        help="the buffer the flows start at before calibration: calibration (2 BDP, default, as emulated), "
+        "first-probe (the model's first probe) or packets; a small one keeps slow start from overshooting "
+        "a large buffer, which at 1 Gb/s and above costs the simulator hours (docs/twin.md)",
+    )
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     sim = sub.add_parser("sim", help="the same experiments on the ns-3 twin of the dumbbell (no root needed)")
     cmds = sim.add_subparsers(dest="sim_cmd", required=True, parser_class=type(sim))
@@ -47,6 +57,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--flows", type=int, default=10, help="long-lived flows (default 10)")
     add_sim_link_args(s, "sender hosts (default: one per flow up to 400)")
     s.add_argument("--seed", type=int, default=1, help="the simulation's seed (default 1): same seed, same answer")
+    add_start_buffer_arg(s)
     add_search_args(s)
     add_result_args(s, "result.json and samples.csv")
     s.set_defaults(func=cmd_sim_search)
@@ -59,6 +70,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--duration", type=float, default=60.0, help="simulated seconds measured (default 60)")
     m.add_argument("--settle-s", type=float, default=10.0, help="simulated seconds before measuring (default 10)")
     m.add_argument("--sample-s", type=float, default=1.0, help="length of each utilization sample (default 1)")
+    m.add_argument(
+        "--start-buffer",
+        default="calibration",
+        help="the buffer the flows start at: calibration (2 BDP, default, as emulated), measured (the buffer "
+        "measured), or packets; then the settle runs at the measured buffer",
+    )
     add_result_args(m, "result.json")
     m.set_defaults(func=cmd_sim_measure)
 
@@ -66,6 +83,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--flows", default="2,5,10,20,50,100,200,400,600,800", help="numbers of flows, comma-separated")
     w.add_argument("--seeds", type=int, default=3, help="searches per N, seeds 1..this (default 3)")
     add_sim_link_args(w, "most sender hosts; each point uses min(N, this) (default 400)")
+    add_start_buffer_arg(w)
     add_search_args(w)
     w.add_argument("--jobs", type=int, help="simulations at once (default: one per CPU)")
     w.add_argument("--out", required=True, help="sweep directory; re-running the same command resumes it")
@@ -112,14 +130,15 @@ def search_options(a: argparse.Namespace, flows: int) -> SearchOptions:
 
 
 def cmd_sim_search(a: argparse.Namespace) -> int:
-    from bufsize.sim.search import run_sim_search, validate
+    from bufsize.sim.search import check_start_buffer, run_sim_search, validate
 
     cfg = sim_config(a, a.flows, a.hosts if a.hosts is not None else min(a.flows, 400), a.seed)
     opts = search_options(a, a.flows)
     validate(cfg, opts)
+    check_start_buffer(a.start_buffer, opts.first_guess)
     out = result_dir(a)
     say = quiet_if(a.json) or (lambda s: print(s, file=sys.stderr, flush=True))
-    result = run_sim_search(cfg, opts, out, say)
+    result = run_sim_search(cfg, opts, out, say, start_buffer=a.start_buffer)
     if a.json:
         print(json.dumps(result, indent=1))
     elif out is not None:
@@ -140,11 +159,19 @@ def cmd_sim_measure(a: argparse.Namespace) -> int:
         raise UsageError("--sample-s is longer than --duration")
     if not 1 <= a.buffer_packets <= 10_000_000:
         raise UsageError(f"--buffer-packets {a.buffer_packets}: must be from 1 to 10000000")
-    out = result_dir(a)
     cal = max(a.buffer_packets, round(CALIBRATION_BDPS * cfg.bdp_bytes / FRAME_BYTES))
+    if a.start_buffer == "calibration":
+        start = cal
+    elif a.start_buffer == "measured":
+        start = a.buffer_packets
+    elif a.start_buffer.isdigit() and 1 <= int(a.start_buffer) <= 10_000_000:
+        start = int(a.start_buffer)
+    else:
+        raise UsageError(f"--start-buffer {a.start_buffer}: calibration, measured, or packets from 1 to 10000000")
+    out = result_dir(a)
     wall0 = time.monotonic()
-    with SimDumbbell(cfg, a.flows, cal) as net:
-        ref = net.run(max(3.0, a.settle_s)).rate_mbps  # the flows start at the large buffer, as emulated
+    with SimDumbbell(cfg, a.flows, start) as net:
+        ref = net.run(max(3.0, a.settle_s)).rate_mbps  # the flows start at the start buffer (2 BDP: as emulated)
         net.set_buffer(a.buffer_packets)
         if a.settle_s:
             net.run(a.settle_s)
@@ -163,6 +190,7 @@ def cmd_sim_measure(a: argparse.Namespace) -> int:
         "seed": cfg.seed,
         "nominal_rate_mbps": cfg.rate_mbps,
         "buffer_packets": a.buffer_packets,
+        "start_buffer_packets": start,
         "rate_before_mbps": round(ref, 3),
         "utilization_median": round(statistics.median(rates) / cfg.rate_mbps, 5),
         "utilization_mean": round(statistics.fmean(rates) / cfg.rate_mbps, 5),
@@ -193,7 +221,7 @@ def cmd_sim_sweep(a: argparse.Namespace) -> int:
     search = {k: v for k, v in opts.to_dict().items() if k != "flows"}
     hosts = a.hosts if a.hosts is not None else 400
     spec = SimSweepSpec(flows, a.seeds, hosts, a.rate_mbps, a.rtt_ms, a.cc, a.access_mbps, search,
-                        delayed_ack=a.delayed_ack == "on")  # fmt: skip
+                        delayed_ack=a.delayed_ack == "on", start_buffer=a.start_buffer)  # fmt: skip
     spec.validate()
     jobs = a.jobs if a.jobs is not None else default_jobs()
     check_jobs(jobs)

@@ -40,7 +40,7 @@ from bufsize.manifest import project_commit
 from bufsize.monitors.tcpstats import twin_counters
 from bufsize.resultdir import write_json_atomic
 from bufsize.topologies import FRAME_BYTES
-from bufsize.topologies.errors import RunError
+from bufsize.topologies.errors import RunError, UsageError
 from bufsize.topologies.nssim import HELPER, NS3_WHEEL, Interval, SimConfig, SimDumbbell, ns3_version
 from bufsize.topologies.safefiles import make_dirs
 
@@ -163,24 +163,58 @@ def calibrate(prober: SimProber, nominal_mbps: float, samples: int, say: Callabl
     return rates
 
 
+START_BUFFERS = ("calibration", "first-probe")
+
+
+def check_start_buffer(choice: str, first_guess: bool = True) -> None:
+    """--start-buffer: calibration, first-probe, or a whole number of packets from 1."""
+    if choice not in START_BUFFERS and not (choice.isdigit() and 1 <= int(choice) <= 10_000_000):
+        raise UsageError(f"--start-buffer {choice}: calibration, first-probe, or packets from 1 to 10000000")
+    if choice == "first-probe" and not first_guess:
+        raise UsageError("--start-buffer first-probe: the model's first probe, which --no-first-guess turns off")
+
+
+def start_packets(choice: str, cal_packets: int, first: FirstGuess | None) -> int:
+    """The buffer the flows start at. Their slow start overshoots whatever it is; with a buffer of
+    2 BDP at 1 Gb/s that overshoot drops tens of thousands of packets at once, and ns-3's SACK
+    bookkeeping recovers a window of W packets in W^2 (docs/twin.md), so a large run starts small
+    and lets congestion avoidance grow the windows into the calibration buffer instead."""
+    if choice == "calibration":
+        return cal_packets
+    if choice == "first-probe":
+        assert first is not None  # check_start_buffer refused first-probe without a first guess
+        return min(first.packets, cal_packets)
+    return min(int(choice), cal_packets)
+
+
 def run_sim_search(
     cfg: SimConfig,
     opts: SearchOptions,
     out: Path | None = None,
     say: Callable[[str], None] = print,
     hint: FirstGuess | None = None,
+    start_buffer: str = "calibration",
 ) -> dict:
-    """One search on the twin, end to end; with `out`, result.json and samples.csv are written there."""
+    """One search on the twin, end to end; with `out`, result.json and samples.csv are written there.
+    The flows start at `start_buffer` (START_BUFFERS, or packets) and are calibrated at 2 BDP."""
     validate(cfg, opts)
+    check_start_buffer(start_buffer, opts.first_guess)
     th = theory(cfg, opts.flows)  # type: ignore[arg-type]
     cal_packets = math.ceil(CALIBRATION_BDPS * cfg.bdp_bytes / FRAME_BYTES)
+    first = (hint or model_guess(cfg, opts.flows, th)) if opts.first_guess else None  # type: ignore[arg-type]
+    start = start_packets(start_buffer, cal_packets, first)
     t_wall = time.monotonic()
     say(
         f"sim search: {opts.flows} flows over {cfg.hosts} hosts, {cfg.rate_mbps:g} Mb/s, RTT {max(cfg.rtt_ms):g} ms, "
         f"cc {cfg.cc}, seed {cfg.seed}, target {opts.target:.1%} of the {opts.relative_to} rate; "
         f"BDP {th['bdp_packets']:.0f} packets, RTT*C/sqrt(N) {th['theory_sqrt_n_packets']:.1f} (ns-3 {ns3_version()})"
     )
-    with SimDumbbell(cfg, opts.flows, cal_packets) as net:
+    if start != cal_packets:
+        say(
+            f"  the flows start at {start} packets ({start_buffer}), not the {cal_packets}-packet calibration buffer: "
+            "their slow start overshoots that, and congestion avoidance then grows them into the larger one"
+        )
+    with SimDumbbell(cfg, opts.flows, start) as net:
         prober = SimProber(net, opts, cfg.rate_mbps)
         warm = prober.timing(net.buffer_bytes).warmup_s
         net.run(warm)
@@ -192,12 +226,16 @@ def run_sim_search(
             up = net.flows_up()
         if net.sim_seconds > warm:
             net.run(warm)  # the late flows' own warm-up
-        say(f"  {up} of {opts.flows} flows up after {net.sim_seconds:.1f} s at {cal_packets} packets")
+        say(f"  {up} of {opts.flows} flows up after {net.sim_seconds:.1f} s at {start} packets")
+        if start != cal_packets:
+            net.set_buffer(cal_packets)
+            grow = prober.timing(net.buffer_bytes).warmup_s
+            net.run(grow)
+            say(f"  {grow:.1f} s at the {cal_packets}-packet calibration buffer, to {net.sim_seconds:.1f} s")
         cal_rates = calibrate(prober, cfg.rate_mbps, max(10, 2 * opts.samples), say)
         reference = statistics.median(cal_rates)
         prober.denominator = reference if opts.relative_to == "reference" else cfg.rate_mbps
         top = min(cal_packets, opts.max_buffer_packets or cal_packets)
-        first = (hint or model_guess(cfg, opts.flows, th)) if opts.first_guess else None  # type: ignore[arg-type]
         if first:
             say(f"  first probe at {first.packets} packets: {first.source}")
         search: MedianSearch | None = None
@@ -258,6 +296,8 @@ def run_sim_search(
             prober.measurements,
         ),
         "queue_at_answer": next((m.queue for m in reversed(prober.measurements) if m.buffer_packets == answer), None),
+        "start_buffer": start_buffer,
+        "start_buffer_packets": start,
         "valid": all(v is not False for v in flags.values()),
         "flags": flags,
         "wall_seconds": round(time.monotonic() - t_wall, 1),

@@ -24,7 +24,7 @@ from pathlib import Path
 from bufsize.longlived.search import SearchOptions
 from bufsize.longlived.sweep import clock, finished, point_dir
 from bufsize.resultdir import check_out_dir, write_json_atomic
-from bufsize.sim.search import run_sim_search, simulator_manifest, validate
+from bufsize.sim.search import check_start_buffer, run_sim_search, simulator_manifest, validate
 from bufsize.topologies.config import parse_rtts
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.nssim import MAX_SIM_HOSTS, SimConfig
@@ -42,6 +42,7 @@ class SimSweepSpec:
     access_mbps: float
     search: dict = field(default_factory=dict)  # SearchOptions fields other than flows
     delayed_ack: bool = True  # absent from sweeps made before the option: on, as they ran
+    start_buffer: str = "calibration"  # absent from sweeps made before the option: as they ran
 
     def config(self, flows: int, seed: int) -> SimConfig:
         hosts = min(flows, self.max_hosts)
@@ -63,12 +64,13 @@ class SimSweepSpec:
             raise UsageError(f"--hosts {self.max_hosts}: must be from 1 to {MAX_SIM_HOSTS}")
         for n in self.flows:
             validate(self.config(n, 1), self.options(n))
+            check_start_buffer(self.start_buffer, self.options(n).first_guess)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def _point(cfg: SimConfig, opts: SearchOptions, d: Path) -> None:
+def _point(cfg: SimConfig, opts: SearchOptions, d: Path, start_buffer: str) -> None:
     """One point, in its own process; its progress goes to the point's own log, its outcome to
     result.json or error.json (the sweep reads those: the files are the record, not a return value)."""
     # SIGTERM from the sweep ends the search through its `with`, which ends the simulator too.
@@ -76,7 +78,7 @@ def _point(cfg: SimConfig, opts: SearchOptions, d: Path) -> None:
     make_dirs(d)
     with open_new(d / "search.log") as log:
         try:
-            run_sim_search(cfg, opts, d, say=lambda s: print(s, file=log, flush=True))
+            run_sim_search(cfg, opts, d, say=lambda s: print(s, file=log, flush=True), start_buffer=start_buffer)
         except BaseException as e:  # the sweep goes on; the point says why, and is tried again next time
             write_json_atomic(d / "error.json", {"flows": opts.flows, "seed": cfg.seed, "error": str(e),
                                                  "type": type(e).__name__})  # fmt: skip
@@ -91,7 +93,7 @@ def open_sim_sweep(out: Path, spec: SimSweepSpec) -> None:
     path = out / "manifest.json"
     if path.exists():
         try:
-            old = {"delayed_ack": True} | json.loads(path.read_text())["spec"]
+            old = {"delayed_ack": True, "start_buffer": "calibration"} | json.loads(path.read_text())["spec"]
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise UsageError(f"{path} is not a sweep manifest; choose another --out") from e
         if old != spec.to_dict():
@@ -131,7 +133,8 @@ def run_sim_sweep(out: Path, spec: SimSweepSpec, jobs: int, say: Callable[[str],
         while queue or running:
             while queue and len(running) < jobs:
                 n, s = queue.pop(0)
-                p = ctx.Process(target=_point, args=(spec.config(n, s), spec.options(n), point_dir(out, n, s)))
+                args = (spec.config(n, s), spec.options(n), point_dir(out, n, s), spec.start_buffer)
+                p = ctx.Process(target=_point, args=args)
                 p.start()
                 running.append((p, n, s))
             time.sleep(0.2)

@@ -12,8 +12,8 @@
 //   user <host> <until> <think> <bytes> [<think> <bytes> ...]
 //                      a closed-loop user: thinks, transfers, and on completion thinks again, in
 //                      the order given; starts nothing after simulated time `until`
-//   arrivals <seconds> advance the simulation; prints the time of every packet offered to the
-//                      bottleneck's FIFO (queued or dropped) in that time
+//   arrivals <seconds> advance the simulation; prints its start and end (t0, t1) and the time of
+//                      every packet offered to the bottleneck's FIFO (queued or dropped) in between
 //   transfers          prints every short transfer: host, bytes, start and completion time (-1: not
 //                      completed), in the order they started
 //   quit
@@ -534,12 +534,13 @@ int main(int argc, char** argv)
                 std::cout << "{\"error\": \"arrivals: seconds from 0 to 60\"}" << std::endl;
                 continue;
             }
+            double t0 = Simulator::Now().GetSeconds();
             fifo->arrivals.clear();
             fifo->recordArrivals = true;
             Simulator::Stop(Seconds(t));
             Simulator::Run();
             fifo->recordArrivals = false;
-            std::cout << "{\"arrivals\": [";
+            std::cout << "{\"t0\": " << t0 << ", \"t1\": " << Simulator::Now().GetSeconds() << ", \"arrivals\": [";
             for (size_t i = 0; i < fifo->arrivals.size(); i++)
                 std::cout << (i ? ", " : "") << fifo->arrivals[i];
             std::cout << "]}" << std::endl;
