@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from conftest import BUFSIZE
 
-from bufsize.longlived.search import FirstGuess, SearchOptions
+from bufsize.longlived.search import SearchOptions
 from bufsize.sim.search import check_start_buffer, run_sim_search, start_packets
 from bufsize.sim.sweep import SimSweepSpec, open_sim_sweep
 from bufsize.topologies import FRAME_BYTES
@@ -19,24 +19,18 @@ from bufsize.topologies.nssim import SimConfig
 SMALL = SimConfig(hosts=10, rate_mbps=10.0, rtt_ms=[20.0] * 10, cc="reno", seed=1)  # a pipe of 16.5 packets
 
 
-@pytest.mark.parametrize("bad", ["0", "-3", "2.5", "small", "", "10000001"])
+@pytest.mark.parametrize("bad", ["0", "-3", "2.5", "measured", "", "10000001"])
 def test_bad_start_buffers_refused(bad):
     with pytest.raises(UsageError, match="--start-buffer"):
         check_start_buffer(bad)
 
 
-def test_first_probe_needs_the_first_guess():
-    check_start_buffer("first-probe")
-    with pytest.raises(UsageError, match="--no-first-guess"):
-        check_start_buffer("first-probe", first_guess=False)
-
-
-def test_start_packets_never_above_the_calibration_buffer():
-    guess = FirstGuess(12, "model")
-    assert start_packets("calibration", 40, guess) == 40
-    assert start_packets("first-probe", 40, guess) == 12
-    assert start_packets("first-probe", 8, guess) == 8
-    assert start_packets("5", 40, None) == 5 and start_packets("500", 40, None) == 40
+def test_start_packets_never_above_the_calibration_buffer_and_small_is_a_packet_per_flow():
+    assert start_packets("calibration", 900, 12, 10) == 900
+    assert start_packets("small", 900, 12, 10) == 12
+    assert start_packets("small", 900, 8, 800) == 800  # every flow's SYN finds room
+    assert start_packets("small", 900, 8, 2000) == 900
+    assert start_packets("5", 40, 12, 10) == 5 and start_packets("500", 40, 12, 10) == 40
 
 
 def test_sweep_made_before_the_option_resumes_and_another_start_is_refused(tmp_path):
@@ -48,22 +42,24 @@ def test_sweep_made_before_the_option_resumes_and_another_start_is_refused(tmp_p
         del old["spec"][key]
     manifest.write_text(json.dumps(old))
     open_sim_sweep(tmp_path, spec)  # resumes: the missing keys read as the defaults they ran with
-    spec.start_buffer = "first-probe"
+    spec.start_buffer = "small"
     with pytest.raises(UsageError, match="start_buffer"):
         open_sim_sweep(tmp_path, spec)
 
 
 def test_search_started_small_calibrates_at_two_bdp_and_answers_alike():
-    """Started at the first probe, the flows are still calibrated at the 2-BDP buffer (the reference
-    is the link's rate) and the answer lands where the default start's does, within the spread of
-    seeds this search has (test_sim_twin: 0.5-2 x of 5.2 packets)."""
+    """Started small (the first probe, or one packet per flow if that is more), the flows are still
+    calibrated at the 2-BDP buffer (the reference is the link's rate) and the answer lands where the
+    default start's does, within the spread of seeds this search has (test_sim_twin: 0.5-2 x of 5.2
+    packets)."""
     said: list[str] = []
     opts = SearchOptions(flows=10)
-    small = run_sim_search(SMALL, opts, say=said.append, start_buffer="first-probe")
+    small = run_sim_search(SMALL, opts, say=said.append, start_buffer="small")
     usual = run_sim_search(SMALL, opts, say=lambda s: None)
     assert usual["start_buffer"] == "calibration"
     assert usual["start_buffer_packets"] == usual["calibration_buffer_packets"]
-    assert small["start_buffer"] == "first-probe" and small["start_buffer_packets"] == small["first_guess"]["packets"]
+    assert small["start_buffer"] == "small"
+    assert small["start_buffer_packets"] == max(10, small["first_guess"]["packets"])
     assert small["start_buffer_packets"] < small["calibration_buffer_packets"]
     assert any("the flows start at" in line for line in said)
     assert small["valid"], small["flags"]
@@ -71,17 +67,18 @@ def test_search_started_small_calibrates_at_two_bdp_and_answers_alike():
     assert abs(small["buffer_packets"] - usual["buffer_packets"]) <= max(2, 0.5 * usual["buffer_packets"])
 
 
-def test_measure_started_at_the_measured_buffer(tmp_path):
+def test_measure_started_small(tmp_path):
     got = {}
-    for start in ("calibration", "measured"):
+    for start in ("calibration", "small", "4"):
         args = [BUFSIZE, "sim", "measure", "--flows", "10", "--rate-mbps", "10", "--rtt-ms", "20", "--buffer-packets",
                 "4", "--settle-s", "2", "--duration", "3", "--start-buffer", start, "--json"]  # fmt: skip
         run = subprocess.run(args, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr
         got[start] = json.loads(run.stdout)
     cal = round(2 * SMALL.bdp_bytes / FRAME_BYTES)  # 33
-    assert got["calibration"]["start_buffer_packets"] == cal and got["measured"]["start_buffer_packets"] == 4
+    assert got["calibration"]["start_buffer_packets"] == cal and got["4"]["start_buffer_packets"] == 4
+    assert got["small"]["start_buffer_packets"] == 10  # the 4 measured, raised to one packet per flow
     # Slow start into 4 packets, not 33: the first seconds carry less (the link is not yet full).
-    assert got["measured"]["rate_before_mbps"] < got["calibration"]["rate_before_mbps"]
-    bad = subprocess.run([*args[:-2], "first-probe", "--json"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "--start-buffer first-probe" in bad.stderr
+    assert got["4"]["rate_before_mbps"] < got["calibration"]["rate_before_mbps"]
+    bad = subprocess.run([*args[:-2], "measured", "--json"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--start-buffer measured" in bad.stderr

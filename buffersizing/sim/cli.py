@@ -44,8 +44,8 @@ def add_start_buffer_arg(p: argparse.ArgumentParser) -> None:
         "--start-buffer",
         default="calibration",
         help="the buffer the flows start at before calibration: calibration (2 BDP, default, as emulated), "
-        "first-probe (the model's first probe) or packets; a small one keeps slow start from overshooting "
-        "a large buffer, which at 1 Gb/s and above costs the simulator hours (docs/twin.md)",
+        "small (the model's first probe, at least one packet per flow) or packets; a small one keeps slow start "
+        "from overshooting a large buffer, which at 1 Gb/s and above costs the simulator hours (docs/twin.md)",
     )
 
 
@@ -73,8 +73,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--start-buffer",
         default="calibration",
-        help="the buffer the flows start at: calibration (2 BDP, default, as emulated), measured (the buffer "
-        "measured), or packets; then the settle runs at the measured buffer",
+        help="the buffer the flows start at: calibration (2 BDP, default, as emulated), small (the buffer "
+        "measured, at least one packet per flow) or packets; then the settle runs at the measured buffer",
     )
     add_result_args(m, "result.json")
     m.set_defaults(func=cmd_sim_measure)
@@ -135,7 +135,7 @@ def cmd_sim_search(a: argparse.Namespace) -> int:
     cfg = sim_config(a, a.flows, a.hosts if a.hosts is not None else min(a.flows, 400), a.seed)
     opts = search_options(a, a.flows)
     validate(cfg, opts)
-    check_start_buffer(a.start_buffer, opts.first_guess)
+    check_start_buffer(a.start_buffer)
     out = result_dir(a)
     say = quiet_if(a.json) or (lambda s: print(s, file=sys.stderr, flush=True))
     result = run_sim_search(cfg, opts, out, say, start_buffer=a.start_buffer)
@@ -148,7 +148,7 @@ def cmd_sim_search(a: argparse.Namespace) -> int:
 
 def cmd_sim_measure(a: argparse.Namespace) -> int:
     """The emulated measure's core on the twin: settle at the buffer, then back-to-back samples."""
-    from bufsize.sim.search import simulator_manifest
+    from bufsize.sim.search import check_start_buffer, simulator_manifest, start_packets
 
     cfg = sim_config(a, a.flows, a.hosts if a.hosts is not None else min(a.flows, 400), a.seed)
     for name, v, lo, hi in (("--duration", a.duration, 1, 100_000), ("--settle-s", a.settle_s, 0, 100_000),
@@ -160,14 +160,8 @@ def cmd_sim_measure(a: argparse.Namespace) -> int:
     if not 1 <= a.buffer_packets <= 10_000_000:
         raise UsageError(f"--buffer-packets {a.buffer_packets}: must be from 1 to 10000000")
     cal = max(a.buffer_packets, round(CALIBRATION_BDPS * cfg.bdp_bytes / FRAME_BYTES))
-    if a.start_buffer == "calibration":
-        start = cal
-    elif a.start_buffer == "measured":
-        start = a.buffer_packets
-    elif a.start_buffer.isdigit() and 1 <= int(a.start_buffer) <= 10_000_000:
-        start = int(a.start_buffer)
-    else:
-        raise UsageError(f"--start-buffer {a.start_buffer}: calibration, measured, or packets from 1 to 10000000")
+    check_start_buffer(a.start_buffer)
+    start = start_packets(a.start_buffer, cal, a.buffer_packets, a.flows)
     out = result_dir(a)
     wall0 = time.monotonic()
     with SimDumbbell(cfg, a.flows, start) as net:

@@ -60,11 +60,11 @@ class SimSweepSpec:
             raise UsageError("--flows: give each number of flows once")
         if not 1 <= self.seeds <= 100:
             raise UsageError(f"--seeds {self.seeds}: must be from 1 to 100")
+        check_start_buffer(self.start_buffer)
         if not 1 <= self.max_hosts <= MAX_SIM_HOSTS:
             raise UsageError(f"--hosts {self.max_hosts}: must be from 1 to {MAX_SIM_HOSTS}")
         for n in self.flows:
             validate(self.config(n, 1), self.options(n))
-            check_start_buffer(self.start_buffer, self.options(n).first_guess)
 
     def to_dict(self) -> dict:
         return asdict(self)
