@@ -81,9 +81,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(autouse=True)
 def same_network_namespace():
-    """Every thread of this process must end each test in the namespace it began in: the toolkit
-    enters hosts' namespaces in-process (netns.entered), and a thread left in one would make every
-    later test's sockets and subprocesses start there. Fails the test that did it, and puts the
+    """The main thread of this process must end each test in the namespace it began in: the toolkit
+    enters hosts' namespaces in-process (netns.entered), and a main thread left in one would make
+    every later test's sockets and subprocesses start there. Fails the test that did it, and puts the
     main thread back so the tests after it still judge their own code."""
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:

@@ -3,7 +3,7 @@
 The monitors open their netlink sockets in hosts' namespaces from inside this process, and a run has
 more than one thread (the recorder's, the main one reading the senders' counters). A process-wide
 stack of saved namespaces, as pyroute2's pushns()/popns() keep, hands one thread's way back to
-another; this test failed with it (the main thread and both workers ended in a host's namespace).
+another; the same exercise with them left the main thread and both workers in a host's namespace.
 """
 
 from __future__ import annotations

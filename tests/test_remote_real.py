@@ -131,6 +131,19 @@ class Machine:
         run("ip", "netns", "del", self.ns, check=False)
 
 
+NS_PREFIX = "bszt-ssh-"
+
+
+def remove_stale_machines() -> None:
+    """The machines of an earlier run of this test that was killed before its teardown (a session
+    ended mid-suite left two, with their veths still holding 10.213.200.1 and .201.1): namespaces
+    named after a PID that is gone. Deleting the namespace ends its veth pair with it."""
+    for name in Path("/run/netns").glob(f"{NS_PREFIX}*"):
+        pid = name.name.removeprefix(NS_PREFIX).split("-")[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and not run("ip", "netns", "pids", name.name).stdout:
+            run("ip", "netns", "del", name.name, check=False)
+
+
 def free_subnets(count: int) -> list[int]:
     """Third octets x whose 10.213.x.0/30 no address here falls in (a machine this runs on may
     already use some of 10.213/16; a second address in the same /30 would take the route)."""
@@ -168,10 +181,11 @@ def machines(tmp_path_factory):
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("bufsize remote ships a git commit; this is not a git checkout")
     tmp = tmp_path_factory.mktemp("ssh")
-    tag = f"{os.getpid() % 100000}"
+    tag = f"{os.getpid() % 100000}"  # veth names have 15 characters at most; the namespace has the whole PID
     made_privsep = False
+    remove_stale_machines()
     subnets = free_subnets(2)
-    ms = [Machine(n, f"bszt-ssh-{tag}-{n}", f"bszt{tag}{n}", subnets[i], tmp) for i, n in enumerate("ab")]
+    ms = [Machine(n, f"{NS_PREFIX}{os.getpid()}-{n}", f"bszt{tag}{n}", subnets[i], tmp) for i, n in enumerate("ab")]
     try:
         if not Path("/run/sshd").exists():  # sshd's privilege separation directory
             Path("/run/sshd").mkdir(mode=0o755)

@@ -78,9 +78,8 @@ def entered(name: str) -> Iterator[None]:
 
     The way back is this thread's own namespace, held open here. pyroute2's pushns()/popns() keep
     one stack for the whole process and save the main thread's namespace (/proc/self), so two
-    threads entering at once (the recorder opening its sockets while a search reads the senders'
-    counters) could leave either thread, or the main one, in a host's namespace (reproduced in
-    tests/test_netns_threads.py).
+    threads entering at once could leave either thread, or the main one, in a host's namespace
+    (reproduced in tests/test_netns_threads.py).
     """
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
