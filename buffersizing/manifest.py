@@ -49,21 +49,36 @@ def head_from_files(repo: Path | None = None) -> str | None:
     return None
 
 
+# How long git may take. The VM stage's guest reads the checkout over 9p under an emulated CPU: there
+# a plain `git status` re-reads every tracked file (its index names other inodes, and is read-only) and
+# passed 60 s in CI (stop 44). A slow git costs the result its dirty flag, never the result.
+GIT_TIMEOUT_S = 60.0
+# Compare only size and whole-second mtime: a copy, a shared or a read-only checkout then needs no file
+# read; a same-size edit within the same second of the index is missed, which a manifest can bear.
+STAT_ONLY = ["-c", "core.checkStat=minimal", "-c", "core.trustctime=false"]
+
+
 def project_commit() -> str:
     """The commit results were made from: git if it is installed, else .git read directly, else the
     commit `bufsize remote` shipped; never an exception (a result must not be lost for want of git)."""
     try:
-        res = run(["git", "-C", str(REPO), "rev-parse", "HEAD"], check=False)
-    except (OSError, RunError):  # no git on PATH
+        res = run(["git", "-C", str(REPO), "rev-parse", "HEAD"], check=False, timeout=GIT_TIMEOUT_S)
+    except (OSError, RunError) as e:  # no git on PATH, or one that does not answer
         head = head_from_files()
-        if head:
-            return head + " (uncommitted changes not checked: git not installed)"
-        return _shipped()
+        why = "git not installed" if "not found" in str(e) else "git did not answer"
+        return head + f" (uncommitted changes not checked: {why})" if head else _shipped()
     if res.returncode != 0:  # not a checkout, or one git will not read as root ("dubious ownership")
         head = head_from_files()
         return head + " (uncommitted changes not checked: git refused the checkout)" if head else _shipped()
-    dirty = run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"], check=False).stdout.strip()
-    return res.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
+    head = res.stdout.strip()
+    argv = ["git", *STAT_ONLY, "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"]
+    try:
+        status = run(argv, check=False, timeout=GIT_TIMEOUT_S)
+    except (OSError, RunError):
+        return head + f" (uncommitted changes not checked: git status took over {GIT_TIMEOUT_S:.0f} s)"
+    if status.returncode != 0:
+        return head + " (uncommitted changes not checked: git status failed)"
+    return head + (" (with uncommitted changes)" if status.stdout.strip() else "")
 
 
 def _shipped() -> str:
