@@ -101,7 +101,9 @@ def cmd_search(a: argparse.Namespace) -> int:
 
 
 def measure_options(a: argparse.Namespace, flows: int, cfg: DumbbellConfig) -> MeasureOptions:
-    o = MeasureOptions(flows, a.duration, a.settle_s, a.sample_s, a.reference_s, a.fidelity_s, a.tool)
+    o = MeasureOptions(
+        flows, a.duration, a.settle_s, a.sample_s, a.reference_s, a.fidelity_s, a.tool, warmup_s=a.warmup_s
+    )
     o.validate(cfg)
     return o
 

@@ -176,6 +176,9 @@ def add_measure_args(p: argparse.ArgumentParser) -> None:
         "--reference-s", type=float, default=10.0, help="seconds at 2 BDP measuring the link's best (0: skip)"
     )
     p.add_argument("--fidelity-s", type=float, default=2.0, help="seconds of pacing trace (0: skip)")
+    p.add_argument(
+        "--warmup-s", type=float, help="seconds the flows run before anything is measured (default: one cycle, >= 15)"
+    )
     add_tool_arg(p)
 
 

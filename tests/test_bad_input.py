@@ -86,6 +86,7 @@ VALID: dict[tuple[str, str], set[str]] = {
     **{(c, "--reference-s"): {"0"} for c in ("measure", "util-table")},  # 0 skips the reference
     # measure may sample right after a buffer change; search only asks for a positive settle time.
     **{(c, "--settle-s"): {"0", "1e-9"} for c in ("measure", "util-table")},
+    **{(c, "--warmup-s"): {"0", "1e-9"} for c in ("measure", "util-table")},  # the flows may be measured at once
     **{(c, "--settle-s"): {"1e-9"} for c in ("search", "sweep", "remote")},
     # 0 means: stop when the bracket is one packet wide.
     **{(c, "--resolution"): {"0", "1e-9"} for c in ("search", "sweep", "remote")},

@@ -46,12 +46,13 @@ def test_measure_reports_utilization_loss_and_queue_within_the_buffer(no_leftove
     out = tmp_path / "m"
     res = bufsize(
         "measure", "--hosts", "2", "--flows", "4", "--rate-mbps", "20", "--rtt-ms", "20", "--cc", "cubic",
-        "--buffer-packets", "20", "--duration", "6", "--reference-s", "3", "--fidelity-s", "1", "--out", str(out),
-        "--json", timeout=180,
+        "--buffer-packets", "20", "--duration", "6", "--reference-s", "3", "--warmup-s", "3", "--fidelity-s", "1",
+        "--out", str(out), "--json", timeout=180,
     )  # fmt: skip
     assert res.returncode in (0, 3), res.stderr
     r = json.loads(res.stdout)
     assert r["buffer_packets"] == 20 and r["flows"] == 4
+    assert r["options"]["warmup_s"] == 3  # given, so not the 15 s floor, and the result says so
     assert 0.5 < r["utilization"] <= 1.01, r["utilization"]
     (p,) = r["points"]
     assert p["packets_sent"] > 0 and p["bottleneck_drops"] >= 0
@@ -85,8 +86,8 @@ def test_measure_with_the_line_shaper(no_leftovers, tmp_path):
     out = tmp_path / "line"
     res = bufsize(
         "measure", "--hosts", "2", "--flows", "4", "--rate-mbps", "20", "--rtt-ms", "20", "--cc", "cubic",
-        "--buffer-packets", "10", "--duration", "5", "--reference-s", "3", "--fidelity-s", "1", "--shaper", "line",
-        "--delay-backend", "delayline", "--out", str(out), "--json", timeout=180,
+        "--buffer-packets", "10", "--duration", "5", "--reference-s", "3", "--warmup-s", "3", "--fidelity-s", "1",
+        "--shaper", "line", "--delay-backend", "delayline", "--out", str(out), "--json", timeout=180,
     )  # fmt: skip
     assert res.returncode in (0, 3), res.stderr
     r = json.loads(res.stdout)

@@ -301,7 +301,7 @@ def test_a_short_measure_with_the_defaults_runs_on_the_line_and_reports_its_fide
     cfg = config("auto", buffer_bytes=20 * FRAME_BYTES)
     backend = resolve_backend(cfg.delay_backend, qdisc_support(), HELPER.exists(), cfg.shaper)
     assert backend == "delayline"
-    opts = MeasureOptions(flows=2, duration_s=4.0, settle_s=1.0, reference_s=2.0, fidelity_s=1.0)
+    opts = MeasureOptions(flows=2, duration_s=4.0, settle_s=1.0, reference_s=2.0, fidelity_s=1.0, warmup_s=3.0)
     opts.validate(cfg)
     result = run_measure(cfg, backend, [cfg.initial_buffer_bytes()], opts, tmp_path, log=lambda s: None)
     show(f"measure on the line: utilization {result['utilization']}, fidelity {result['fidelity']}")

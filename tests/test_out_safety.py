@@ -16,7 +16,7 @@ from tests.conftest import BUFSIZE, bufsize
 NOBODY = 65534
 # A short real measurement: 1 flow, 10 Mb/s, 3 s.
 MEASURE = ["measure", "--hosts", "1", "--flows", "1", "--rate-mbps", "10", "--rtt-ms", "20", "--buffer-packets", "20",
-           "--duration", "3", "--reference-s", "0", "--fidelity-s", "1"]  # fmt: skip
+           "--duration", "3", "--reference-s", "0", "--fidelity-s", "1", "--warmup-s", "2"]  # fmt: skip
 
 
 def planted(link: Path, target: Path) -> None:
