@@ -152,7 +152,12 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
 
 def add_sweep_args(p: argparse.ArgumentParser) -> None:
     """What describes a sweep (bufsize sweep, bufsize remote): a preset, N, runs, the link and the search."""
-    p.add_argument("--preset", choices=PRESETS, help="quick (the main job), full, or theory (reno); flags override")
+    p.add_argument(
+        "--preset",
+        choices=PRESETS,
+        help="quick (the main job), full, theory (reno), or fig11 (seed 000: 155 Mb/s, spread RTTs, reno, 98 %%);"
+        " flags override",
+    )
     p.add_argument("--flows", help="numbers of flows, comma-separated, e.g. 2,10,50,200,800")
     p.add_argument("--runs", type=int, help="searches per N (default 1)")
     p.add_argument("--hosts", type=int, help="most sender hosts; each point uses min(N, this) (default 400)")
@@ -165,7 +170,7 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
     )
     add_search_args(p)
     # None: not given, so a preset's own rule applies (make_spec); --precision 0 still turns it off.
-    p.set_defaults(samples=None, resolution=None, max_samples=None, precision=None)
+    p.set_defaults(samples=None, resolution=None, max_samples=None, precision=None, target=None)
 
 
 def add_measure_args(p: argparse.ArgumentParser) -> None:

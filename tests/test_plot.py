@@ -7,7 +7,14 @@ import statistics
 
 import pytest
 
-from bufsize.longlived.report import HARDWARE_TSV, MININET_2012_TSV, make_report, reference_runs, summary_rows
+from bufsize.longlived.report import (
+    HARDWARE_TSV,
+    MININET_2012_TSV,
+    make_report,
+    reference_runs,
+    rtt_words,
+    summary_rows,
+)
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.errors import UsageError
 
@@ -71,6 +78,25 @@ def test_report_writes_figure_and_tables(tmp_path):
     assert all(p.stat().st_size > (5000 if p.name.startswith("figure") else 100) for p in paths)
     md = (tmp_path / "table.md").read_text().splitlines()
     assert len(md) == 2 + 3 and md[-1].startswith("| 800 |")
+
+
+def test_published_data_are_compared_only_at_their_own_setting(tmp_path):
+    """The hardware and 2012 runs were at 62.5 Mb/s with every flow at 87 ms: a sweep at another rate,
+    or with RTTs spread about the same mean, gets no ratio to them and the figure says why."""
+    same = summary_rows([result(10, 30)])[0]
+    assert same["hardware_median_bytes"] is not None and same["mininet2012_median_bytes"] == 52500
+    faster = result(10, 30) | {"nominal_rate_mbps": 155.0}
+    spread = result(10, 30) | {"rtt_ms_largest": 127.0, "config": {"shaper": "line", "rtt_ms": [47.0, 87.0, 127.0]}}
+    for other in (faster, spread):
+        (row,) = summary_rows([other])
+        assert row["hardware_median_bytes"] is None and row["ratio_to_hardware"] is None
+        assert row["mininet2012_median_bytes"] is None and row["ratio_to_mininet2012"] is None
+    d = tmp_path / "n0010-run1"
+    d.mkdir()
+    (d / "result.json").write_text(json.dumps(spread))
+    make_report(tmp_path)
+    assert "| 10 |" in (tmp_path / "table.md").read_text() and (tmp_path / "figure.png").stat().st_size > 5000
+    assert rtt_words(spread) == "RTT 47..127 ms (mean 87)" and rtt_words(result(10, 30)) == "RTT 87 ms"
 
 
 def test_report_of_an_empty_directory_is_refused(tmp_path):

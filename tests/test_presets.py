@@ -42,3 +42,16 @@ def test_doctor_names_each_presets_method_and_refuses_rather_than_falls_back():
 def test_hosts_given_with_a_preset_override_it():
     assert spec_of("--preset", "full", "--hosts", "400").max_hosts == 400
     assert spec_of("--preset", "full").max_hosts == preset("full")["max_hosts"]
+
+
+def test_fig11_is_seed_000s_experiment_with_its_target_unless_one_is_given():
+    """155 Mb/s, Reno, RTTs spread about a mean of 80 ms, N = 50..500, 98 % unless --target says."""
+    spec = spec_of("--preset", "fig11")
+    assert (spec.rate_mbps, spec.cc, spec.flows[0], spec.flows[-1]) == (155.0, "reno", 50, 500)
+    lo, hi = (float(x) for x in spec.rtt_ms.split(".."))
+    assert (lo + hi) / 2 == 80 and hi > lo
+    assert spec.search["target"] == 0.98
+    assert spec_of("--preset", "fig11", "--target", "0.999").search["target"] == 0.999
+    # Other sweeps keep the search's 99 %.
+    assert spec_of("--preset", "full").search["target"] == 0.99
+    assert spec_of("--flows", "2,10").search["target"] == 0.99

@@ -21,6 +21,8 @@ from bufsize.topologies.safefiles import atomic_text, save_figure, write_atomic
 
 HARDWARE_TSV = "hardware-netfpga-62.5mbps-87ms.tsv"
 MININET_2012_TSV = "mininet-hifi-2012-62.5mbps-87ms.tsv"
+# The one setting both reference sets were measured at: 62.5 Mb/s, every flow at 87 ms.
+PUBLISHED_RATE_MBPS, PUBLISHED_RTT_MS = 62.5, 87.0
 
 
 def read_tsv(path: Path) -> list[dict[str, str]]:
@@ -68,9 +70,26 @@ def sweep_rule(results: list[dict]) -> CcRule | None:
         return None
 
 
+def like_published(results: list[dict]) -> bool:
+    """Whether every result is at the published setting, so its answers compare with the hardware's and
+    2012's; another rate, or RTTs spread about the same mean, would compare different experiments."""
+    return all(
+        r["nominal_rate_mbps"] == PUBLISHED_RATE_MBPS
+        and r["rtt_ms_for_theory"] == PUBLISHED_RTT_MS
+        and r.get("rtt_ms_largest", r["rtt_ms_for_theory"]) == PUBLISHED_RTT_MS
+        for r in results
+    )
+
+
+def published_runs(results: list[dict], ref_dir: Path) -> tuple[dict[int, list[float]], dict[int, list[float]]]:
+    """The hardware's and the 2012 emulation's runs per N, or none where the sweep's setting differs."""
+    if not like_published(results):
+        return {}, {}
+    return reference_runs(HARDWARE_TSV, ref_dir), reference_runs(MININET_2012_TSV, ref_dir)
+
+
 def summary_rows(results: list[dict], ref_dir: Path = REFERENCE_DIR) -> list[dict]:
-    hw = reference_runs(HARDWARE_TSV, ref_dir)
-    old = reference_runs(MININET_2012_TSV, ref_dir)
+    hw, old = published_runs(results, ref_dir)
     by_n: dict[int, list[dict]] = {}
     for r in results:
         by_n.setdefault(r["flows"], []).append(r)
@@ -218,24 +237,22 @@ def plot(
         ax.plot(grid, [rule.many_flows_factor * bdp_bytes / math.sqrt(n) for n in grid], "k:", lw=1.4,
                 label=rule.label())  # fmt: skip
 
-    hw = reference_runs(HARDWARE_TSV, ref_dir)
-    hx = [n for n in hw for _ in hw[n]]
-    ax.scatter(hx, [b for n in hw for b in hw[n]], marker="x", s=18, color="0.6", label="hardware (NetFPGA) runs")
-    hn = sorted(hw)
-    ax.plot(hn, [statistics.median(hw[n]) for n in hn], "s-", color="0.35", ms=5, label="hardware median")
-
-    old = reference_runs(MININET_2012_TSV, ref_dir)
-    on = sorted(old)
-    ax.scatter([n for n in on for _ in old[n]], [b for n in on for b in old[n]], marker="^", s=16, color="tab:orange")
-    ax.plot(
-        on,
-        [statistics.median(old[n]) for n in on],
-        "^--",
-        color="tab:orange",
-        ms=5,
-        lw=1,
-        label="Mininet-HiFi 2012 (98% target, BIC)",
-    )
+    hw, old = published_runs(results, ref_dir)
+    if hw:
+        hx = [n for n in hw for _ in hw[n]]
+        ax.scatter(hx, [b for n in hw for b in hw[n]], marker="x", s=18, color="0.6", label="hardware (NetFPGA) runs")
+        hn = sorted(hw)
+        ax.plot(hn, [statistics.median(hw[n]) for n in hn], "s-", color="0.35", ms=5, label="hardware median")
+    else:
+        ax.text(0.99, 0.99, f"hardware and 2012 data ({PUBLISHED_RATE_MBPS:g} Mb/s, every RTT {PUBLISHED_RTT_MS:g} ms)"
+                "\nnot drawn: this sweep's setting differs", transform=ax.transAxes, ha="right", va="top",
+                fontsize=7.5, color="0.35")  # fmt: skip
+    if old:
+        on = sorted(old)
+        ax.scatter([n for n in on for _ in old[n]], [b for n in on for b in old[n]], marker="^", s=16,
+                   color="tab:orange")  # fmt: skip
+        ax.plot(on, [statistics.median(old[n]) for n in on], "^--", color="tab:orange", ms=5, lw=1,
+                label="Mininet-HiFi 2012 (98% target, BIC)")  # fmt: skip
 
     ok = [r for r in results if r["valid"]]
     bad = [r for r in results if not r["valid"]]
@@ -309,13 +326,21 @@ def make_report(d: Path, title: str | None = None, with_sim: Path | None = None)
         c = first.get("config", {})
         method += "".join(f", {t}" for t in tcp_changes(c.get("loss_recovery", "linux"), c.get("delayed_ack", True)))
     title = title or (
-        f"Minimum buffer for {first['target']:.0%} utilization: {first['nominal_rate_mbps']:g} Mb/s, "
-        f"RTT {first['rtt_ms_for_theory']:g} ms, cc {first['cc']}, {method}"
-    )
+        f"Minimum buffer for {first['target']:.1%} utilization: {first['nominal_rate_mbps']:g} Mb/s, "
+        f"{rtt_words(first)}, cc {first['cc']}, {method}"
+    ).replace(".0%", "%")
     rows = summary_rows(results)
     if sim is not None:
         add_sim_cells(rows, sim)
     return [*plot(results, d, title, sim=sim), *write_table(rows, d)]
+
+
+def rtt_words(r: dict) -> str:
+    """'RTT 87 ms', or for spread RTTs 'RTT 47..127 ms (mean 87)'."""
+    rtts = (r.get("config") or {}).get("rtt_ms") or [r["rtt_ms_for_theory"]]
+    if min(rtts) == max(rtts):
+        return f"RTT {rtts[0]:g} ms"
+    return f"RTT {min(rtts):g}..{max(rtts):g} ms (mean {r['rtt_ms_for_theory']:g})"
 
 
 def plot_dir(given: str | Path, title: str | None = None, with_sim: str | Path | None = None) -> list[Path]:

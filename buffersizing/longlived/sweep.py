@@ -132,6 +132,8 @@ def make_spec(preset_name: str | None, flows: list[int] | None, overrides: dict,
     if flows is None:
         raise UsageError("give --flows (for example 2,10,50,200,800) or a --preset")
     search_opts = SEARCH_DEFAULTS | {k: v for k, v in search.items() if v is not None}
+    if search.get("target") is None and "target" in pre:  # fig11's 98 %, unless --target says
+        search_opts["target"] = pre["target"]
     search_opts |= {k: pick(k, SEARCH_DEFAULTS[k]) for k in ("samples", "resolution", "max_samples", "sample_length")}
     if search.get("precision") is None and pre.get("precision"):  # a preset's rule, unless --precision says
         search_opts["precision"] = pre["precision"]
