@@ -9,7 +9,7 @@ import time
 import pytest
 from conftest import in_ns
 
-from bufsize.longlived.traffic import LongFlows, split_flows
+from bufsize.longlived.traffic import LongFlows, hold_s, split_flows
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.counters import InterfaceCounters, rate_mbps
 from bufsize.topologies.dumbbell import Dumbbell
@@ -23,6 +23,15 @@ def test_flows_split_evenly_over_hosts():
     for bad in (0, 801):
         with pytest.raises(UsageError, match=f"--flows {bad}"):
             split_flows(bad, 2)
+
+
+def test_the_hold_covers_the_slowest_establishment_measured():
+    """Each (flows, hosts, largest RTT) with the slowest time to all established a committed run logged:
+    the common first write must fall after it, with a margin for a busier machine."""
+    for flows, hosts, rtt_s, slowest in ((400, 400, 0.127, 11.84), (400, 400, 0.087, 8.94), (800, 400, 0.087, 9.38),
+                                         (200, 200, 0.087, 4.4), (50, 50, 0.087, 1.11)):  # fmt: skip
+        assert hold_s(flows, hosts, rtt_s) > 1.25 * slowest, (flows, hosts)
+    assert hold_s(2, 2, 0.087) < 2  # small runs do not wait for nothing
 
 
 def bytes_received_per_flow(net: Dumbbell) -> list[int]:

@@ -37,6 +37,15 @@ QUIET = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
 IPERF2_TIMER_SLACK_NS = 50_000_000
 
 
+def hold_s(flows: int, hosts: int, max_rtt_s: float) -> float:
+    """Seconds from now to the flows' common first write: a few RTTs, plus starting a client process
+    per host (that dominates) and a connection per flow. Measured to all established (the run logs):
+    400 flows over 400 hosts 6.4-8.9 s at 87 ms and 9.3-11.8 s at 47..127 ms, where the 9.5 s the
+    earlier 10 ms a host and a flow allowed let flows start early in 2 of 3 searches
+    (results/spread-rtt/2026-11-27/); 800 over 400 6.4-9.4 s; 200 over 200 2.3-4.4 s."""
+    return 1.0 + 4 * max_rtt_s + 0.005 * flows + 0.03 * hosts
+
+
 def split_flows(flows: int, hosts: int) -> list[int]:
     """Flows per host, as even as possible; hosts beyond the flow count get none."""
     if not 1 <= flows <= MAX_FLOWS:
@@ -127,11 +136,9 @@ class LongFlows:
         self.what[self.servers[-1].pid] = "the iperf server"
         self._wait_listening(self.ports)
         # All clients write their first byte at this wall-clock time, which should fall after every
-        # connection is up: a few RTTs plus process start-up per flow and per client process (800
-        # flows over 400 hosts: 5-10 s; 200 flows over 200 hosts took 2.3-4.4 s, past the 3.35 s
-        # that 10 ms a flow allowed in 2 of 3 searches, results/hosts/2026-11-26-h400/).
+        # connection is up.
         max_rtt = max(h.rtt_ms for h in net.hosts) / 1000
-        start_at = time.time() + 1.0 + 4 * max_rtt + 0.01 * self.flows + 0.01 * len(net.hosts)
+        start_at = time.time() + hold_s(self.flows, len(net.hosts), max_rtt)
         for h, k in zip(net.hosts, self.per_host, strict=True):
             if k == 0:
                 continue
