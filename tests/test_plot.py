@@ -11,6 +11,7 @@ from bufsize.longlived.report import (
     HARDWARE_TSV,
     MININET_2012_TSV,
     make_report,
+    percent,
     reference_runs,
     rtt_words,
     summary_rows,
@@ -97,6 +98,7 @@ def test_published_data_are_compared_only_at_their_own_setting(tmp_path):
     make_report(tmp_path)
     assert "| 10 |" in (tmp_path / "table.md").read_text() and (tmp_path / "figure.png").stat().st_size > 5000
     assert rtt_words(spread) == "RTT 47..127 ms (mean 87)" and rtt_words(result(10, 30)) == "RTT 87 ms"
+    assert [percent(t) for t in (0.98, 0.99, 0.995, 0.999)] == ["98%", "99%", "99.5%", "99.9%"]
 
 
 def test_report_of_an_empty_directory_is_refused(tmp_path):

@@ -283,7 +283,7 @@ def plot(
         color="tab:blue",
         ms=7,
         lw=2,
-        label=f"this testbed: median ({first['target']:.0%} target, {rows[0]['cc']})",
+        label=f"this testbed: median ({percent(first['target'])} target, {rows[0]['cc']})",
     )
     if sim:
         med = sim_medians(sim)
@@ -327,13 +327,18 @@ def make_report(d: Path, title: str | None = None, with_sim: Path | None = None)
         c = first.get("config", {})
         method += "".join(f", {t}" for t in tcp_changes(c.get("loss_recovery", "linux"), c.get("delayed_ack", True)))
     title = title or (
-        f"Minimum buffer for {first['target']:.1%} utilization: {first['nominal_rate_mbps']:g} Mb/s, "
+        f"Minimum buffer for {percent(first['target'])} utilization: {first['nominal_rate_mbps']:g} Mb/s, "
         f"{rtt_words(first)}, cc {first['cc']}, {method}"
-    ).replace(".0%", "%")
+    )
     rows = summary_rows(results)
     if sim is not None:
         add_sim_cells(rows, sim)
     return [*plot(results, d, title, sim=sim), *write_table(rows, d)]
+
+
+def percent(target: float) -> str:
+    """99 %, 99.5 % and 99.9 % as '99%', '99.5%', '99.9%' (fig11's targets would all read 100% at .0%)."""
+    return f"{target * 100:.1f}".removesuffix(".0") + "%"
 
 
 def rtt_words(r: dict) -> str:
