@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -63,9 +64,9 @@ def project_commit() -> str:
     commit `bufsize remote` shipped; never an exception (a result must not be lost for want of git)."""
     try:
         res = run(["git", "-C", str(REPO), "rev-parse", "HEAD"], check=False, timeout=GIT_TIMEOUT_S)
-    except (OSError, RunError) as e:  # no git on PATH, or one that does not answer
+    except (OSError, RunError):  # no git on PATH, or one that does not answer
         head = head_from_files()
-        why = "git not installed" if "not found" in str(e) else "git did not answer"
+        why = "git did not answer" if shutil.which("git") else "git not installed"
         return head + f" (uncommitted changes not checked: {why})" if head else _shipped()
     if res.returncode != 0:  # not a checkout, or one git will not read as root ("dubious ownership")
         head = head_from_files()
