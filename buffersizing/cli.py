@@ -84,6 +84,11 @@ def build_parser() -> Parser:
     pl.add_argument("dir")
     pl.add_argument("--title")
     pl.add_argument("--with-sim", help="a `bufsize sim sweep` directory to overlay, with an emulation/twin column")
+    pl.add_argument(
+        "--beside",
+        help="another sweep directory to overlay, with its median and range and ours/its per N"
+        " (e.g. a bbr sweep beside the cubic one)",
+    )
     pl.add_argument("--json", action="store_true", help="print the files written as JSON")
 
     m = command(

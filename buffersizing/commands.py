@@ -178,7 +178,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
 def cmd_plot(a: argparse.Namespace) -> int:
     from bufsize.longlived.report import plot_dir
 
-    paths = plot_dir(a.dir, a.title, a.with_sim)
+    paths = plot_dir(a.dir, a.title, a.with_sim, a.beside)
     print(
         json.dumps({"wrote": [str(p) for p in paths]}, indent=1) if a.json else "\n".join(f"wrote {p}" for p in paths)
     )

@@ -155,8 +155,8 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--preset",
         choices=PRESETS,
-        help="quick (the main job), full, theory (reno), or fig11 (seed 000: 155 Mb/s, spread RTTs, reno, 98 %%);"
-        " flags override",
+        help="quick (the main job), full, theory (reno), fig11 (seed 000: 155 Mb/s, spread RTTs, reno, 98 %%),"
+        " or bbr (the full sweep with bbr); flags override",
     )
     p.add_argument("--flows", help="numbers of flows, comma-separated, e.g. 2,10,50,200,800")
     p.add_argument("--runs", type=int, help="searches per N (default 1)")

@@ -67,3 +67,22 @@ def test_episode_interval_scales_the_model_to_what_the_trace_saw():
     assert measured_sample_s(5.0, 0.087, 30.0) == pytest.approx(10.0)
     assert measured_sample_s(0.3, 0.087, 30.0) == pytest.approx(1.74)
     assert measured_sample_s(22.0, 0.087, 30.0) == 30.0
+
+
+def test_bbr_samples_span_a_probe_rtt_interval_whatever_its_losses_say():
+    """BBR's dip is ProbeRTT every 10 s, not a loss: its samples are at least that long, by the model
+    and when the trace's loss episodes (dense at small buffers) would make them shorter; Reno's are not."""
+    from types import SimpleNamespace
+
+    from bufsize.longlived.dynamics import BBR_PROBE_RTT_INTERVAL_S
+    from bufsize.longlived.search import SearchOptions, probe_timing
+
+    assert BBR_PROBE_RTT_INTERVAL_S == 10.0
+    opts = SearchOptions(flows=100)
+    for cc, floor in (("bbr", 10.0), ("reno", 20 * 0.087)):
+        link = SimpleNamespace(cc=cc, rate_mbps=62.5, rtt_ms=[87.0])
+        by_model = probe_timing(link, opts, 5 * FRAME_BYTES, None)
+        by_trace = probe_timing(link, opts, 5 * FRAME_BYTES, 0.2)  # an episode every 0.2 s
+        assert by_trace.sample_s == pytest.approx(floor), cc
+        assert by_model.sample_s >= floor
+    assert cycle_seconds("bbr", 2, 449, 10, 0.087) == BBR_PROBE_RTT_INTERVAL_S

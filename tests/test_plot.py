@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import statistics
 
@@ -10,8 +11,10 @@ import pytest
 from bufsize.longlived.report import (
     HARDWARE_TSV,
     MININET_2012_TSV,
+    beside_label,
     make_report,
     percent,
+    plot_dir,
     reference_runs,
     rtt_words,
     summary_rows,
@@ -104,3 +107,47 @@ def test_published_data_are_compared_only_at_their_own_setting(tmp_path):
 def test_report_of_an_empty_directory_is_refused(tmp_path):
     with pytest.raises(UsageError, match="no result.json"):
         make_report(tmp_path)
+
+
+def _sweep(d, results: list[dict]) -> None:
+    for i, r in enumerate(results):
+        run = d / f"n{r['flows']:04d}-run{i + 1}"
+        run.mkdir(parents=True)
+        (run / "result.json").write_text(json.dumps(r))
+
+
+def test_a_sweep_beside_another_gains_its_median_range_and_ratio(tmp_path):
+    """`bufsize plot DIR --beside OTHER`: BBR beside cubic, say. Each N gains the other sweep's median,
+    its min..max and ours / its median, labelled by what differs; an N it lacks reads '-'."""
+    ours, other = tmp_path / "bbr", tmp_path / "cubic"
+    _sweep(ours, [result(10, 30) | {"cc": "bbr"}, result(10, 40) | {"cc": "bbr"}, result(100, 6) | {"cc": "bbr"}])
+    _sweep(other, [result(10, 50), result(10, 70), result(10, 60)])
+    make_report(ours, beside_dir=other)
+    with open(ours / "table.csv") as f:
+        rows = {int(r["flows"]): r for r in csv.DictReader(f)}
+    assert float(rows[10]["beside_median_packets"]) == 60 and rows[10]["beside_min_packets"] == "50"
+    assert float(rows[10]["ratio_to_beside"]) == round(35 / 60, 2)
+    assert rows[100]["beside_median_packets"] == "" and rows[100]["ratio_to_beside"] == ""
+    md = (ours / "table.md").read_text().splitlines()
+    head = [c.strip() for c in md[0].strip("|").split("|")]
+    assert "cubic: median pkts" in head and "ours/cubic" in head
+    row10 = dict(zip(head, (c.strip() for c in md[2].strip("|").split("|")), strict=True))
+    assert (row10["cubic: min..max"], row10["ours/cubic"]) == ("50..70", "0.58")
+    assert dict(zip(head, (c.strip() for c in md[3].strip("|").split("|")), strict=True))["ours/cubic"] == "-"
+    # The label names every setting that differs; none differing says so.
+    spread = result(10, 30) | {"nominal_rate_mbps": 155.0, "config": {"shaper": "line", "rtt_ms": [40.0, 120.0]}}
+    assert beside_label(result(10, 1), spread) == "RTT 40..120 ms (mean 87), 155 Mb/s, shaper line"
+    assert beside_label(result(10, 1), result(10, 2)) == "other sweep"
+
+
+def test_beside_refuses_what_is_not_an_emulated_sweep(tmp_path):
+    ours = tmp_path / "ours"
+    _sweep(ours, [result(10, 30)])
+    with pytest.raises(UsageError, match="--beside .*not a directory"):
+        plot_dir(ours, beside=tmp_path / "none")
+    twin = tmp_path / "twin"
+    _sweep(twin, [result(10, 30) | {"kind": "sim-search"}])
+    with pytest.raises(UsageError, match="--with-sim"):
+        plot_dir(ours, beside=twin)
+    with pytest.raises(UsageError, match="not one run's"):
+        plot_dir(ours / "n0010-run1", beside=twin)

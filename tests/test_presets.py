@@ -55,3 +55,12 @@ def test_fig11_is_seed_000s_experiment_with_its_target_unless_one_is_given():
     # Other sweeps keep the search's 99 %.
     assert spec_of("--preset", "full").search["target"] == 0.99
     assert spec_of("--flows", "2,10").search["target"] == 0.99
+
+
+def test_bbr_preset_is_the_full_sweep_with_bbr():
+    """Issue 33 item 2: the full preset's link, N, runs and rule, only the congestion control differs."""
+    bbr, full = spec_of("--preset", "bbr"), spec_of("--preset", "full")
+    assert bbr.cc == "bbr" and full.cc != "bbr"
+    same = ("flows", "runs", "rate_mbps", "rtt_ms", "max_hosts", "shaper", "search")
+    assert {k: getattr(bbr, k) for k in same} == {k: getattr(full, k) for k in same}
+    assert bbr.runs >= 3 and bbr.flows[0] == 2 and bbr.flows[-1] == 800

@@ -17,6 +17,10 @@ from bufsize.topologies import FRAME_BYTES
 
 CUBIC_C = 0.4  # cubic's scaling constant (packets / s^3), as in the kernel
 CUBIC_BETA = BETA["cubic"]  # window after a loss, as a fraction of the window before it
+# BBR enters ProbeRTT (inflight cut to 4 packets for 200 ms) when its min-RTT estimate is 10 s old, as
+# it is under a standing queue (tcp_bbr.c, bbr_min_rtt_win_sec). That dip, not a loss, is its cycle:
+# a sample shorter than 10 s holds the dip or not, and its utilization swings with that, not the buffer.
+BBR_PROBE_RTT_INTERVAL_S = 10.0
 
 
 def cycle_seconds(cc: str, flows: int, bdp_packets: float, buffer_packets: float, rtt_s: float) -> float:
@@ -30,7 +34,15 @@ def cycle_seconds(cc: str, flows: int, bdp_packets: float, buffer_packets: float
         return min(k, friendly)
     if cc in ("reno", "highspeed", "scalable", "htcp", "illinois", "vegas", "westwood"):
         return w / 2 * rtt_s  # halve, then one packet per RTT back to W
-    return 10 * rtt_s  # bbr and others: a gain cycle is 8 round trips
+    if cc == "bbr":
+        return BBR_PROBE_RTT_INTERVAL_S
+    return 10 * rtt_s  # others: a gain cycle of BBR's kind is 8 round trips
+
+
+def sample_floor_s(cc: str) -> float:
+    """The shortest sample for `cc`: one ProbeRTT interval for BBR, whose loss episodes (it does not
+    back off on a loss) say nothing of its cycle; one second for the others."""
+    return BBR_PROBE_RTT_INTERVAL_S if cc == "bbr" else 1.0
 
 
 @dataclass(frozen=True)
@@ -49,10 +61,13 @@ def auto_timing(
     rate_mbps: float,
     rtt_ms: float,
     buffer_bytes: float,
-    min_sample_s: float = 1.0,
+    min_sample_s: float | None = None,
     max_sample_s: float = 30.0,
 ) -> Timing:
-    """Settle and sample lengths for probes around `buffer_bytes`."""
+    """Settle and sample lengths for probes around `buffer_bytes` (samples at least `min_sample_s`,
+    sample_floor_s(cc) unless given)."""
+    if min_sample_s is None:
+        min_sample_s = sample_floor_s(cc)
     rtt_s = rtt_ms / 1000
     bdp = rate_mbps * 1e6 / 8 * rtt_s / FRAME_BYTES
     cycle = cycle_seconds(cc, flows, bdp, buffer_bytes / FRAME_BYTES, rtt_s)

@@ -1,5 +1,6 @@
-"""Named sweeps: the main job's quick replication, the full one, the Reno theory check, and seed
-000's Fig 11 (many Reno flows with spread RTTs on an OC3 link).
+"""Named sweeps: the main job's quick replication, the full one, the Reno theory check, seed 000's
+Fig 11 (many Reno flows with spread RTTs on an OC3 link), and the full sweep with this kernel's
+default, BBR.
 
 The hardware comparison (quick, full) uses bic where the kernel has it and cubic otherwise: the
 NetFPGA hosts and the 2012 emulation ran the Linux default of their day (BIC), so Reno there would
@@ -85,10 +86,16 @@ def preset(name: str) -> dict:
         return base | {"flows": FIG11_FLOWS, "runs": 1, "cc": "reno", "rate_mbps": FIG11_RATE_MBPS,
                        "rtt_ms": FIG11_RTT_MS, "target": FIG11_TARGET, "samples": 3, "resolution": 0.05,
                        "precision": FULL_PRECISION, "sample_length": "measured"}  # fmt: skip
+    if name == "bbr":
+        # The full sweep's link, N and rule with BBR (issue 33 item 2), to set beside the BBR rule
+        # (theory/ccrules.py) and the cubic full sweep. Samples span at least one ProbeRTT interval
+        # (dynamics.sample_floor_s).
+        return base | {"flows": FULL_FLOWS, "runs": FULL_RUNS, "cc": "bbr", "samples": 3, "resolution": 0.05,
+                       "precision": FULL_PRECISION, "sample_length": "measured"}  # fmt: skip
     raise KeyError(name)
 
 
-PRESETS = ("quick", "full", "theory", "fig11")
+PRESETS = ("quick", "full", "theory", "fig11", "bbr")
 
 
 def preset_methods(qdiscs: dict[str, bool], delayline_built: bool, cpus: int | None = None) -> dict[str, dict]:

@@ -155,6 +155,35 @@ def add_sim_cells(rows: list[dict], sim: list[dict]) -> None:
         row["ratio_to_sim"] = round(row["median_packets"] / m, 2) if m else None
 
 
+def beside_label(ours: dict, other: dict) -> str:
+    """What sets another sweep apart from ours (from a result of each), for its legend and columns:
+    the settings that differ, 'other sweep' if none do."""
+    oc, cc = other.get("config") or {}, ours.get("config") or {}
+    parts = [
+        other["cc"] if other["cc"] != ours["cc"] else "",
+        rtt_words(other) if rtt_words(other) != rtt_words(ours) else "",
+        f"{other['nominal_rate_mbps']:g} Mb/s" if other["nominal_rate_mbps"] != ours["nominal_rate_mbps"] else "",
+        f"{percent(other['target'])} target" if other["target"] != ours["target"] else "",
+        f"shaper {oc.get('shaper')}" if oc.get("shaper") != cc.get("shaper") else "",
+    ]
+    return ", ".join(p for p in parts if p) or "other sweep"
+
+
+def add_beside_cells(rows: list[dict], other: list[dict]) -> None:
+    """Each row gains another emulated sweep's median and range at its N and ours / theirs (None where
+    it has no such N): `bufsize plot --beside`, e.g. BBR beside cubic, spread beside equal RTTs."""
+    by_n: dict[int, list[int]] = {}
+    for r in other:
+        by_n.setdefault(r["flows"], []).append(r["buffer_packets"])
+    for row in rows:
+        pk = by_n.get(row["flows"])
+        m = statistics.median(pk) if pk else None
+        row["beside_median_packets"] = m
+        row["beside_min_packets"] = min(pk) if pk else None
+        row["beside_max_packets"] = max(pk) if pk else None
+        row["ratio_to_beside"] = round(row["median_packets"] / m, 2) if m else None
+
+
 def cc_rule_cells(rule: CcRule, bdp_packets: float, flows: int, median_packets: float) -> dict:
     packets = round(rule.packets(bdp_packets, flows), 1)
     return {"cc_rule_packets": packets, "ratio_to_cc_rule": round(median_packets / packets, 2)}
@@ -168,7 +197,9 @@ def _fmt(v: object) -> str:
     return str(v)
 
 
-def write_table(rows: list[dict], out: Path) -> tuple[Path, Path]:
+def write_table(rows: list[dict], out: Path, beside: str | None = None) -> tuple[Path, Path]:
+    """table.csv (every key of the rows) and table.md (the columns below); `beside` labels the columns
+    of another sweep's answers (add_beside_cells)."""
     csv_path, md_path = out / "table.csv", out / "table.md"
     with atomic_text(csv_path) as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -192,6 +223,15 @@ def write_table(rows: list[dict], out: Path) -> tuple[Path, Path]:
             if "sim_median_packets" in rows[0]
             else []
         ),
+        *(
+            [
+                ("beside_median_packets", f"{beside}: median pkts"),
+                ("beside_min_packets", f"{beside}: min..max"),
+                ("ratio_to_beside", f"ours/{beside}"),
+            ]
+            if "beside_median_packets" in rows[0]
+            else []
+        ),
         ("median_bytes", "ours bytes"),
         ("hardware_median_bytes", "hardware median bytes"),
         ("ratio_to_hardware", "ours/hw"),
@@ -207,8 +247,9 @@ def write_table(rows: list[dict], out: Path) -> tuple[Path, Path]:
         for k, _ in cols:
             if k == "runs":
                 cells.append(f"{r['runs']} ({r['valid_runs']})")
-            elif k == "min_packets":
-                cells.append(f"{r['min_packets']}..{r['max_packets']}")
+            elif k in ("min_packets", "beside_min_packets"):
+                lo, hi = r[k], r[k.replace("min", "max")]
+                cells.append("-" if lo is None else f"{lo}..{hi}")
             else:
                 cells.append(_fmt(r[k]))
         lines.append("| " + " | ".join(cells) + " |")
@@ -217,7 +258,12 @@ def write_table(rows: list[dict], out: Path) -> tuple[Path, Path]:
 
 
 def plot(
-    results: list[dict], out: Path, title: str, ref_dir: Path = REFERENCE_DIR, sim: list[dict] | None = None
+    results: list[dict],
+    out: Path,
+    title: str,
+    ref_dir: Path = REFERENCE_DIR,
+    sim: list[dict] | None = None,
+    beside: list[dict] | None = None,
 ) -> list[Path]:
     import matplotlib
 
@@ -293,9 +339,15 @@ def plot(
         version = sim[0].get("manifest", {}).get("ns3_version", "")
         ax.plot(ns, [med[n] * FRAME_BYTES for n in ns], "D-", color="tab:green", ms=5, lw=1.5,
                 label=f"ns-3 {version} twin: median ({len({r.get('seed') for r in sim})} seeds)")  # fmt: skip
+    if beside:
+        other = summary_rows(beside, ref_dir)
+        ax.scatter([r["flows"] for r in beside], [r["buffer_bytes"] for r in beside], s=14, marker="s",
+                   color="tab:purple", alpha=0.45)  # fmt: skip
+        ax.plot([r["flows"] for r in other], [r["median_bytes"] for r in other], "s--", color="tab:purple", ms=5,
+                lw=1.5, label=f"this testbed, {beside_label(first, beside[0])}: median")  # fmt: skip
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_ylim(bottom=min(1000, *(r["buffer_bytes"] * 0.8 for r in results)))
+    ax.set_ylim(bottom=min(1000, *(r["buffer_bytes"] * 0.8 for r in results + (beside or []))))
     ax.secondary_yaxis("right", functions=(lambda b: b / FRAME_BYTES, lambda p: p * FRAME_BYTES)).set_ylabel(
         f"packets of {FRAME_BYTES} bytes"
     )
@@ -313,11 +365,16 @@ def plot(
     return paths
 
 
-def make_report(d: Path, title: str | None = None, with_sim: Path | None = None) -> list[Path]:
+def make_report(
+    d: Path, title: str | None = None, with_sim: Path | None = None, beside_dir: Path | None = None
+) -> list[Path]:
     results = load_results(d)
     sim = load_results(with_sim) if with_sim is not None else None
     if sim is not None and any(r.get("kind") != "sim-search" for r in sim):
         raise UsageError(f"--with-sim {with_sim}: not a twin sweep (bufsize sim sweep writes one)")
+    beside = load_results(beside_dir) if beside_dir is not None else None
+    if beside is not None and (not beside or any(r.get("kind") == "sim-search" for r in beside)):
+        raise UsageError(f"--beside {beside_dir}: not an emulated sweep with results (a twin's goes with --with-sim)")
     first = results[0]
     if first.get("kind") == "sim-search":  # the ns-3 twin (buffersizing/sim/)
         method = f"ns-3 {first['manifest']['ns3_version']} twin"
@@ -333,7 +390,11 @@ def make_report(d: Path, title: str | None = None, with_sim: Path | None = None)
     rows = summary_rows(results)
     if sim is not None:
         add_sim_cells(rows, sim)
-    return [*plot(results, d, title, sim=sim), *write_table(rows, d)]
+    label = None
+    if beside is not None:
+        add_beside_cells(rows, beside)
+        label = beside_label(first, beside[0])
+    return [*plot(results, d, title, sim=sim, beside=beside), *write_table(rows, d, label)]
 
 
 def percent(target: float) -> str:
@@ -349,7 +410,9 @@ def rtt_words(r: dict) -> str:
     return f"RTT {min(rtts):g}..{max(rtts):g} ms (mean {r['rtt_ms_for_theory']:g})"
 
 
-def plot_dir(given: str | Path, title: str | None = None, with_sim: str | Path | None = None) -> list[Path]:
+def plot_dir(
+    given: str | Path, title: str | None = None, with_sim: str | Path | None = None, beside: str | Path | None = None
+) -> list[Path]:
     """`bufsize plot`: a sweep's figure and table, or one run's monitor plots redrawn from its CSVs."""
     if not str(given).strip():  # Path("") would be the current directory
         raise UsageError(f"dir '{given}': empty; give a sweep or run directory")
@@ -359,8 +422,11 @@ def plot_dir(given: str | Path, title: str | None = None, with_sim: str | Path |
     sim = Path(with_sim) if with_sim is not None else None
     if sim is not None and (not str(with_sim).strip() or not sim.is_dir()):
         raise UsageError(f"--with-sim {with_sim}: not a directory")
+    other = Path(beside) if beside is not None else None
+    if other is not None and (not str(beside).strip() or not other.is_dir()):
+        raise UsageError(f"--beside {beside}: not a directory")
     try:
-        return _plot_dir(d, title, sim)
+        return _plot_dir(d, title, sim, other)
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError, OverflowError) as e:
         # The files are the user's (or another version's): what they hold is reported, not a traceback.
         detail = " ".join(str(e).split())[:200]
@@ -369,10 +435,10 @@ def plot_dir(given: str | Path, title: str | None = None, with_sim: str | Path |
         raise UsageError(f"{d}: cannot plot what it holds (nested too deeply)") from e
 
 
-def _plot_dir(d: Path, title: str | None, with_sim: Path | None = None) -> list[Path]:
+def _plot_dir(d: Path, title: str | None, with_sim: Path | None = None, beside: Path | None = None) -> list[Path]:
     if (d / "result.json").exists():
-        if with_sim is not None:
-            raise UsageError("--with-sim goes with a sweep directory, not one run's")
+        if with_sim is not None or beside is not None:
+            raise UsageError("--with-sim and --beside go with a sweep directory, not one run's")
         if read_finished(d / "result.json") is None:
             raise UsageError(f"{d}/result.json: not a JSON object (truncated, or not a result)")
         from bufsize.monitors.plots import plot_run
@@ -385,4 +451,4 @@ def _plot_dir(d: Path, title: str | None, with_sim: Path | None = None) -> list[
         if not paths:
             raise UsageError(f"{d}: no monitor data (queue.csv, rate.csv, ...) to plot")
         return paths
-    return make_report(d, title, with_sim)
+    return make_report(d, title, with_sim, beside)

@@ -29,6 +29,7 @@ from bufsize.longlived.dynamics import (
     episode_interval,
     loss_cycle,
     measured_sample_s,
+    sample_floor_s,
 )
 from bufsize.longlived.median_search import MedianSearch, Probe, SearchResult
 from bufsize.longlived.traffic import LongFlows, split_flows
@@ -262,7 +263,7 @@ def probe_timing(cfg: LinkSpec, opts: SearchOptions, buffer_bytes: float, interv
     auto = auto_timing(cfg.cc, opts.flows, cfg.rate_mbps, rtt_ms, buffer_bytes, max_sample_s=opts.max_sample_s)
     sample_s = auto.sample_s
     if interval_s is not None:
-        sample_s = measured_sample_s(interval_s, rtt_ms / 1000, opts.max_sample_s)
+        sample_s = measured_sample_s(interval_s, rtt_ms / 1000, opts.max_sample_s, sample_floor_s(cfg.cc))
     return Timing(
         opts.settle_s if opts.settle_s is not None else auto.settle_s,
         opts.sample_s if opts.sample_s is not None else sample_s,
