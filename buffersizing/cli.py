@@ -86,8 +86,10 @@ def build_parser() -> Parser:
     pl.add_argument("--with-sim", help="a `bufsize sim sweep` directory to overlay, with an emulation/twin column")
     pl.add_argument(
         "--beside",
+        action="append",
+        default=[],
         help="another sweep directory to overlay, with its median and range and ours/its per N"
-        " (e.g. a bbr sweep beside the cubic one)",
+        " (e.g. a bbr sweep beside the cubic one); up to 3, one flag each",
     )
     pl.add_argument("--json", action="store_true", help="print the files written as JSON")
 

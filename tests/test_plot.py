@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import statistics
 
 import pytest
@@ -122,12 +123,12 @@ def test_a_sweep_beside_another_gains_its_median_range_and_ratio(tmp_path):
     ours, other = tmp_path / "bbr", tmp_path / "cubic"
     _sweep(ours, [result(10, 30) | {"cc": "bbr"}, result(10, 40) | {"cc": "bbr"}, result(100, 6) | {"cc": "bbr"}])
     _sweep(other, [result(10, 50), result(10, 70), result(10, 60)])
-    make_report(ours, beside_dir=other)
+    make_report(ours, beside_dirs=[other])
     with open(ours / "table.csv") as f:
         rows = {int(r["flows"]): r for r in csv.DictReader(f)}
-    assert float(rows[10]["beside_median_packets"]) == 60 and rows[10]["beside_min_packets"] == "50"
-    assert float(rows[10]["ratio_to_beside"]) == round(35 / 60, 2)
-    assert rows[100]["beside_median_packets"] == "" and rows[100]["ratio_to_beside"] == ""
+    assert float(rows[10]["beside1_median_packets"]) == 60 and rows[10]["beside1_min_packets"] == "50"
+    assert float(rows[10]["ratio_to_beside1"]) == round(35 / 60, 2)
+    assert rows[100]["beside1_median_packets"] == "" and rows[100]["ratio_to_beside1"] == ""
     md = (ours / "table.md").read_text().splitlines()
     head = [c.strip() for c in md[0].strip("|").split("|")]
     assert "cubic: median pkts" in head and "ours/cubic" in head
@@ -144,10 +145,34 @@ def test_beside_refuses_what_is_not_an_emulated_sweep(tmp_path):
     ours = tmp_path / "ours"
     _sweep(ours, [result(10, 30)])
     with pytest.raises(UsageError, match="--beside .*not a directory"):
-        plot_dir(ours, beside=tmp_path / "none")
+        plot_dir(ours, beside=[tmp_path / "none"])
     twin = tmp_path / "twin"
     _sweep(twin, [result(10, 30) | {"kind": "sim-search"}])
     with pytest.raises(UsageError, match="--with-sim"):
-        plot_dir(ours, beside=twin)
+        plot_dir(ours, beside=[twin])
     with pytest.raises(UsageError, match="not one run's"):
-        plot_dir(ours / "n0010-run1", beside=twin)
+        plot_dir(ours / "n0010-run1", beside=[twin])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="no result.json"):
+        plot_dir(ours, beside=[tmp_path / "empty"])
+    with pytest.raises(UsageError, match="at most 3"):
+        plot_dir(ours, beside=[ours] * 4)
+
+
+def test_several_sweeps_beside_ours_each_get_their_columns(tmp_path):
+    """Seed 000's Fig 11 has three targets: the 99.9 % sweep beside the 98 % and 99.5 % ones gives each
+    its own columns and curve, labelled by target; two alike are told apart by directory."""
+    ours, t98, t995 = tmp_path / "999", tmp_path / "98", tmp_path / "995"
+    _sweep(ours, [result(100, 80) | {"target": 0.999}])
+    _sweep(t98, [result(100, 40) | {"target": 0.98}])
+    _sweep(t995, [result(100, 50) | {"target": 0.995}])
+    make_report(ours, beside_dirs=[t98, t995])
+    with open(ours / "table.csv") as f:
+        (row,) = csv.DictReader(f)
+    assert (float(row["ratio_to_beside1"]), float(row["ratio_to_beside2"])) == (2.0, 1.6)
+    head = (ours / "table.md").read_text().splitlines()[0]
+    assert "ours/98% target" in head and "ours/99.5% target" in head
+    shutil.copytree(t98, tmp_path / "98-again")
+    make_report(ours, beside_dirs=[t98, tmp_path / "98-again"])
+    head = (ours / "table.md").read_text().splitlines()[0]
+    assert "ours/98% target (98) |" in head and "ours/98% target (98-again) |" in head

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import math
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 from bufsize.resultdir import read_finished
@@ -155,6 +156,10 @@ def add_sim_cells(rows: list[dict], sim: list[dict]) -> None:
         row["ratio_to_sim"] = round(row["median_packets"] / m, 2) if m else None
 
 
+# Colour and marker of each --beside sweep in the figure.
+BESIDE_STYLES = (("tab:purple", "s"), ("tab:brown", "v"), ("tab:olive", "P"))
+
+
 def beside_label(ours: dict, other: dict) -> str:
     """What sets another sweep apart from ours (from a result of each), for its legend and columns:
     the settings that differ, 'other sweep' if none do."""
@@ -169,19 +174,19 @@ def beside_label(ours: dict, other: dict) -> str:
     return ", ".join(p for p in parts if p) or "other sweep"
 
 
-def add_beside_cells(rows: list[dict], other: list[dict]) -> None:
-    """Each row gains another emulated sweep's median and range at its N and ours / theirs (None where
-    it has no such N): `bufsize plot --beside`, e.g. BBR beside cubic, spread beside equal RTTs."""
+def add_beside_cells(rows: list[dict], other: list[dict], i: int = 1) -> None:
+    """Each row gains the i-th other emulated sweep's median and range at its N and ours / theirs (None
+    where it has no such N): `bufsize plot --beside`, e.g. BBR beside cubic, spread beside equal RTTs."""
     by_n: dict[int, list[int]] = {}
     for r in other:
         by_n.setdefault(r["flows"], []).append(r["buffer_packets"])
     for row in rows:
         pk = by_n.get(row["flows"])
         m = statistics.median(pk) if pk else None
-        row["beside_median_packets"] = m
-        row["beside_min_packets"] = min(pk) if pk else None
-        row["beside_max_packets"] = max(pk) if pk else None
-        row["ratio_to_beside"] = round(row["median_packets"] / m, 2) if m else None
+        row[f"beside{i}_median_packets"] = m
+        row[f"beside{i}_min_packets"] = min(pk) if pk else None
+        row[f"beside{i}_max_packets"] = max(pk) if pk else None
+        row[f"ratio_to_beside{i}"] = round(row["median_packets"] / m, 2) if m else None
 
 
 def cc_rule_cells(rule: CcRule, bdp_packets: float, flows: int, median_packets: float) -> dict:
@@ -197,9 +202,9 @@ def _fmt(v: object) -> str:
     return str(v)
 
 
-def write_table(rows: list[dict], out: Path, beside: str | None = None) -> tuple[Path, Path]:
+def write_table(rows: list[dict], out: Path, beside: Sequence[str] = ()) -> tuple[Path, Path]:
     """table.csv (every key of the rows) and table.md (the columns below); `beside` labels the columns
-    of another sweep's answers (add_beside_cells)."""
+    of other sweeps' answers, in add_beside_cells' order."""
     csv_path, md_path = out / "table.csv", out / "table.md"
     with atomic_text(csv_path) as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -224,13 +229,13 @@ def write_table(rows: list[dict], out: Path, beside: str | None = None) -> tuple
             else []
         ),
         *(
-            [
-                ("beside_median_packets", f"{beside}: median pkts"),
-                ("beside_min_packets", f"{beside}: min..max"),
-                ("ratio_to_beside", f"ours/{beside}"),
-            ]
-            if "beside_median_packets" in rows[0]
-            else []
+            col
+            for i, label in enumerate(beside, 1)
+            for col in (
+                (f"beside{i}_median_packets", f"{label}: median pkts"),
+                (f"beside{i}_min_packets", f"{label}: min..max"),
+                (f"ratio_to_beside{i}", f"ours/{label}"),
+            )
         ),
         ("median_bytes", "ours bytes"),
         ("hardware_median_bytes", "hardware median bytes"),
@@ -247,7 +252,7 @@ def write_table(rows: list[dict], out: Path, beside: str | None = None) -> tuple
         for k, _ in cols:
             if k == "runs":
                 cells.append(f"{r['runs']} ({r['valid_runs']})")
-            elif k in ("min_packets", "beside_min_packets"):
+            elif k.endswith("min_packets"):
                 lo, hi = r[k], r[k.replace("min", "max")]
                 cells.append("-" if lo is None else f"{lo}..{hi}")
             else:
@@ -263,7 +268,7 @@ def plot(
     title: str,
     ref_dir: Path = REFERENCE_DIR,
     sim: list[dict] | None = None,
-    beside: list[dict] | None = None,
+    beside: Sequence[list[dict]] = (),
 ) -> list[Path]:
     import matplotlib
 
@@ -339,15 +344,15 @@ def plot(
         version = sim[0].get("manifest", {}).get("ns3_version", "")
         ax.plot(ns, [med[n] * FRAME_BYTES for n in ns], "D-", color="tab:green", ms=5, lw=1.5,
                 label=f"ns-3 {version} twin: median ({len({r.get('seed') for r in sim})} seeds)")  # fmt: skip
-    if beside:
-        other = summary_rows(beside, ref_dir)
-        ax.scatter([r["flows"] for r in beside], [r["buffer_bytes"] for r in beside], s=14, marker="s",
-                   color="tab:purple", alpha=0.45)  # fmt: skip
-        ax.plot([r["flows"] for r in other], [r["median_bytes"] for r in other], "s--", color="tab:purple", ms=5,
-                lw=1.5, label=f"this testbed, {beside_label(first, beside[0])}: median")  # fmt: skip
+    for other, (color, marker) in zip(beside, BESIDE_STYLES, strict=False):
+        med = summary_rows(other, ref_dir)
+        ax.scatter([r["flows"] for r in other], [r["buffer_bytes"] for r in other], s=14, marker=marker,
+                   color=color, alpha=0.45)  # fmt: skip
+        ax.plot([r["flows"] for r in med], [r["median_bytes"] for r in med], f"{marker}--", color=color, ms=5,
+                lw=1.5, label=f"this testbed, {beside_label(first, other[0])}: median")  # fmt: skip
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_ylim(bottom=min(1000, *(r["buffer_bytes"] * 0.8 for r in results + (beside or []))))
+    ax.set_ylim(bottom=min(1000, *(r["buffer_bytes"] * 0.8 for r in [*results, *(r for o in beside for r in o)])))
     ax.secondary_yaxis("right", functions=(lambda b: b / FRAME_BYTES, lambda p: p * FRAME_BYTES)).set_ylabel(
         f"packets of {FRAME_BYTES} bytes"
     )
@@ -366,15 +371,18 @@ def plot(
 
 
 def make_report(
-    d: Path, title: str | None = None, with_sim: Path | None = None, beside_dir: Path | None = None
+    d: Path, title: str | None = None, with_sim: Path | None = None, beside_dirs: Sequence[Path] = ()
 ) -> list[Path]:
     results = load_results(d)
     sim = load_results(with_sim) if with_sim is not None else None
     if sim is not None and any(r.get("kind") != "sim-search" for r in sim):
         raise UsageError(f"--with-sim {with_sim}: not a twin sweep (bufsize sim sweep writes one)")
-    beside = load_results(beside_dir) if beside_dir is not None else None
-    if beside is not None and (not beside or any(r.get("kind") == "sim-search" for r in beside)):
-        raise UsageError(f"--beside {beside_dir}: not an emulated sweep with results (a twin's goes with --with-sim)")
+    if len(beside_dirs) > len(BESIDE_STYLES):
+        raise UsageError(f"--beside: at most {len(BESIDE_STYLES)} other sweeps (a figure stays readable)")
+    beside = [load_results(b) for b in beside_dirs]
+    for b, other in zip(beside_dirs, beside, strict=True):
+        if any(r.get("kind") == "sim-search" for r in other):
+            raise UsageError(f"--beside {b}: a twin sweep (it goes with --with-sim)")
     first = results[0]
     if first.get("kind") == "sim-search":  # the ns-3 twin (buffersizing/sim/)
         method = f"ns-3 {first['manifest']['ns3_version']} twin"
@@ -390,11 +398,12 @@ def make_report(
     rows = summary_rows(results)
     if sim is not None:
         add_sim_cells(rows, sim)
-    label = None
-    if beside is not None:
-        add_beside_cells(rows, beside)
-        label = beside_label(first, beside[0])
-    return [*plot(results, d, title, sim=sim, beside=beside), *write_table(rows, d, label)]
+    for i, other in enumerate(beside, 1):
+        add_beside_cells(rows, other, i)
+    labels = [beside_label(first, other[0]) for other in beside]
+    # Two sweeps that differ from ours in the same way (or not at all) are told apart by directory.
+    labels = [f"{lb} ({b.name})" if labels.count(lb) > 1 else lb for lb, b in zip(labels, beside_dirs, strict=True)]
+    return [*plot(results, d, title, sim=sim, beside=beside), *write_table(rows, d, labels)]
 
 
 def percent(target: float) -> str:
@@ -411,7 +420,10 @@ def rtt_words(r: dict) -> str:
 
 
 def plot_dir(
-    given: str | Path, title: str | None = None, with_sim: str | Path | None = None, beside: str | Path | None = None
+    given: str | Path,
+    title: str | None = None,
+    with_sim: str | Path | None = None,
+    beside: Sequence[str | Path] = (),
 ) -> list[Path]:
     """`bufsize plot`: a sweep's figure and table, or one run's monitor plots redrawn from its CSVs."""
     if not str(given).strip():  # Path("") would be the current directory
@@ -422,11 +434,11 @@ def plot_dir(
     sim = Path(with_sim) if with_sim is not None else None
     if sim is not None and (not str(with_sim).strip() or not sim.is_dir()):
         raise UsageError(f"--with-sim {with_sim}: not a directory")
-    other = Path(beside) if beside is not None else None
-    if other is not None and (not str(beside).strip() or not other.is_dir()):
-        raise UsageError(f"--beside {beside}: not a directory")
+    for b in beside:
+        if not str(b).strip() or not Path(b).is_dir():
+            raise UsageError(f"--beside {b}: not a directory")
     try:
-        return _plot_dir(d, title, sim, other)
+        return _plot_dir(d, title, sim, [Path(b) for b in beside])
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError, OverflowError) as e:
         # The files are the user's (or another version's): what they hold is reported, not a traceback.
         detail = " ".join(str(e).split())[:200]
@@ -435,9 +447,9 @@ def plot_dir(
         raise UsageError(f"{d}: cannot plot what it holds (nested too deeply)") from e
 
 
-def _plot_dir(d: Path, title: str | None, with_sim: Path | None = None, beside: Path | None = None) -> list[Path]:
+def _plot_dir(d: Path, title: str | None, with_sim: Path | None = None, beside: Sequence[Path] = ()) -> list[Path]:
     if (d / "result.json").exists():
-        if with_sim is not None or beside is not None:
+        if with_sim is not None or beside:
             raise UsageError("--with-sim and --beside go with a sweep directory, not one run's")
         if read_finished(d / "result.json") is None:
             raise UsageError(f"{d}/result.json: not a JSON object (truncated, or not a result)")
