@@ -482,12 +482,24 @@ def test_calibration_stops_at_half_its_samples_only_when_they_agree() -> None:
 
     from bufsize.longlived.search import calibrate
 
-    def prober(values: list[float]) -> SimpleNamespace:
+    lengths: list[float] = []
+
+    def prober(values: list[float], cc: str = "cubic") -> SimpleNamespace:
         it = iter(values)
-        net = SimpleNamespace(cfg=SimpleNamespace(rtt_ms=[87.0]), buffer_bytes=898 * FRAME_BYTES)
-        return SimpleNamespace(net=net, rates=lambda n, s: [next(it) for _ in range(n)], observe=lambda *a: None)
+        net = SimpleNamespace(cfg=SimpleNamespace(rtt_ms=[87.0], cc=cc), buffer_bytes=898 * FRAME_BYTES)
+
+        def rates(n: int, s: float) -> list[float]:
+            lengths.append(s)
+            return [next(it) for _ in range(n)]
+
+        return SimpleNamespace(net=net, rates=rates, observe=lambda *a: None)
 
     agree = [62.50, 62.49, 62.50, 62.51, 62.50] + [1.0] * 5  # the rest would drag the median down
     assert calibrate(prober(agree), 62.5, 10, lambda _: None) == agree[:5]
     differ = [62.50, 62.0, 62.5, 62.5, 62.5, 62.4, 62.5, 62.5, 62.5, 62.5]  # 0.8 % apart: take all ten
     assert calibrate(prober(differ), 62.5, 10, lambda _: None) == differ
+    assert set(lengths) == {1.0}  # 10 RTTs of 87 ms, at least a second
+    # BBR's reference samples span a ProbeRTT interval, as its probes do (its dip drains even 2 BDP).
+    lengths.clear()
+    calibrate(prober(agree, "bbr"), 62.5, 10, lambda _: None)
+    assert set(lengths) == {10.0}

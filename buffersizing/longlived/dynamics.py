@@ -45,6 +45,14 @@ def sample_floor_s(cc: str) -> float:
     return BBR_PROBE_RTT_INTERVAL_S if cc == "bbr" else 1.0
 
 
+def calibration_sample_s(cc: str, rtt_s: float) -> float:
+    """A reference sample at 2 BDP: short (10 RTTs) where the queue never empties there, but for BBR
+    one ProbeRTT interval, since ProbeRTT drains even that queue. The first BBR search took the
+    median of 1 s samples, which leaves the dips out: a reference of 100 % against probes of 97 % at
+    the same buffer (results/bbr/2026-11-27.log)."""
+    return max(1.0, 10 * rtt_s, sample_floor_s(cc))
+
+
 @dataclass(frozen=True)
 class Timing:
     settle_s: float  # after a buffer change, before the first sample

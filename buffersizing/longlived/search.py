@@ -25,6 +25,7 @@ from bufsize.longlived.dynamics import (
     LossCycle,
     Timing,
     auto_timing,
+    calibration_sample_s,
     cycle_seconds,
     episode_interval,
     loss_cycle,
@@ -361,8 +362,7 @@ class LinkProber:
 def calibrate(prober: LinkProber, nominal_mbps: float, samples: int, log: Callable[[str], None]) -> list[float]:
     """Median of up to `samples` samples at the calibration buffer (half, where those agree); retried,
     then refused, if far below nominal."""
-    rtt_s = max(prober.net.cfg.rtt_ms) / 1000
-    sample_s = max(1.0, 10 * rtt_s)  # the queue never empties at 2 BDP: short samples are exact
+    sample_s = calibration_sample_s(prober.net.cfg.cc, max(prober.net.cfg.rtt_ms) / 1000)
     tried: list[float] = []
     for attempt in range(3):
         t0 = time.monotonic()

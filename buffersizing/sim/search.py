@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bufsize.longlived.dynamics import Timing, cycle_seconds, episode_interval, loss_cycle
+from bufsize.longlived.dynamics import Timing, calibration_sample_s, cycle_seconds, episode_interval, loss_cycle
 from bufsize.longlived.median_search import MedianSearch, Probe
 from bufsize.longlived.search import (
     CALIBRATION_AGREE,
@@ -149,7 +149,7 @@ def calibrate(prober: SimProber, nominal_mbps: float, samples: int, say: Callabl
     """The emulation's calibration (search.calibrate) on simulated time: half the samples, the rest
     only where those differ; refused below MIN_REFERENCE of nominal (the twin cannot fall short of
     its rate for want of CPU, so that would mean too many flows for the pipe)."""
-    sample_s = max(1.0, 10 * max(prober.net.cfg.rtt_ms) / 1000)
+    sample_s = calibration_sample_s(prober.net.cfg.cc, max(prober.net.cfg.rtt_ms) / 1000)
     rates = [iv.rate_mbps for iv in prober.samples(samples // 2, sample_s)]
     if max(rates) - min(rates) > CALIBRATION_AGREE * statistics.median(rates):
         rates += [iv.rate_mbps for iv in prober.samples(samples - samples // 2, sample_s)]
