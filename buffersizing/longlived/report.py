@@ -269,6 +269,7 @@ def plot(
     ref_dir: Path = REFERENCE_DIR,
     sim: list[dict] | None = None,
     beside: Sequence[list[dict]] = (),
+    beside_labels: Sequence[str] = (),
 ) -> list[Path]:
     import matplotlib
 
@@ -344,12 +345,13 @@ def plot(
         version = sim[0].get("manifest", {}).get("ns3_version", "")
         ax.plot(ns, [med[n] * FRAME_BYTES for n in ns], "D-", color="tab:green", ms=5, lw=1.5,
                 label=f"ns-3 {version} twin: median ({len({r.get('seed') for r in sim})} seeds)")  # fmt: skip
-    for other, (color, marker) in zip(beside, BESIDE_STYLES, strict=False):
+    labels = [*beside_labels, *(beside_label(first, o[0]) for o in beside[len(beside_labels) :])]
+    for other, label, (color, marker) in zip(beside, labels, BESIDE_STYLES, strict=False):
         med = summary_rows(other, ref_dir)
         ax.scatter([r["flows"] for r in other], [r["buffer_bytes"] for r in other], s=14, marker=marker,
                    color=color, alpha=0.45)  # fmt: skip
         ax.plot([r["flows"] for r in med], [r["median_bytes"] for r in med], f"{marker}--", color=color, ms=5,
-                lw=1.5, label=f"this testbed, {beside_label(first, other[0])}: median")  # fmt: skip
+                lw=1.5, label=f"this testbed, {label}: median")  # fmt: skip
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_ylim(bottom=min(1000, *(r["buffer_bytes"] * 0.8 for r in [*results, *(r for o in beside for r in o)])))
@@ -403,7 +405,7 @@ def make_report(
     labels = [beside_label(first, other[0]) for other in beside]
     # Two sweeps that differ from ours in the same way (or not at all) are told apart by directory.
     labels = [f"{lb} ({b.name})" if labels.count(lb) > 1 else lb for lb, b in zip(labels, beside_dirs, strict=True)]
-    return [*plot(results, d, title, sim=sim, beside=beside), *write_table(rows, d, labels)]
+    return [*plot(results, d, title, sim=sim, beside=beside, beside_labels=labels), *write_table(rows, d, labels)]
 
 
 def percent(target: float) -> str:
