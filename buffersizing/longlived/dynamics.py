@@ -36,7 +36,7 @@ def cycle_seconds(cc: str, flows: int, bdp_packets: float, buffer_packets: float
         return w / 2 * rtt_s  # halve, then one packet per RTT back to W
     if cc == "bbr":
         return BBR_PROBE_RTT_INTERVAL_S
-    return 10 * rtt_s  # others: a gain cycle of BBR's kind is 8 round trips
+    return 10 * rtt_s  # others: no model here, ten round trips
 
 
 def sample_floor_s(cc: str) -> float:
@@ -69,17 +69,13 @@ def auto_timing(
     rate_mbps: float,
     rtt_ms: float,
     buffer_bytes: float,
-    min_sample_s: float | None = None,
     max_sample_s: float = 30.0,
 ) -> Timing:
-    """Settle and sample lengths for probes around `buffer_bytes` (samples at least `min_sample_s`,
-    sample_floor_s(cc) unless given)."""
-    if min_sample_s is None:
-        min_sample_s = sample_floor_s(cc)
+    """Settle and sample lengths for probes around `buffer_bytes` (samples at least sample_floor_s)."""
     rtt_s = rtt_ms / 1000
     bdp = rate_mbps * 1e6 / 8 * rtt_s / FRAME_BYTES
     cycle = cycle_seconds(cc, flows, bdp, buffer_bytes / FRAME_BYTES, rtt_s)
-    sample = min(max_sample_s, max(min_sample_s, 20 * rtt_s, cycle))
+    sample = min(max_sample_s, max(sample_floor_s(cc), 20 * rtt_s, cycle))
     settle = min(2 * max_sample_s, max(2.0, 20 * rtt_s, cycle))
     # Slow start fills the pipe in about log2(BDP) round trips; then one cycle at the large buffer.
     warmup = max(3.0, (math.log2(max(2.0, bdp)) + 5) * rtt_s, min(cycle, 2 * max_sample_s))

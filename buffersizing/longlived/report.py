@@ -177,15 +177,12 @@ def beside_label(ours: dict, other: dict) -> str:
 def add_beside_cells(rows: list[dict], other: list[dict], i: int = 1) -> None:
     """Each row gains the i-th other emulated sweep's median and range at its N and ours / theirs (None
     where it has no such N): `bufsize plot --beside`, e.g. BBR beside cubic, spread beside equal RTTs."""
-    by_n: dict[int, list[int]] = {}
-    for r in other:
-        by_n.setdefault(r["flows"], []).append(r["buffer_packets"])
+    theirs = {r["flows"]: r for r in summary_rows(other)}
     for row in rows:
-        pk = by_n.get(row["flows"])
-        m = statistics.median(pk) if pk else None
-        row[f"beside{i}_median_packets"] = m
-        row[f"beside{i}_min_packets"] = min(pk) if pk else None
-        row[f"beside{i}_max_packets"] = max(pk) if pk else None
+        t = theirs.get(row["flows"], {})
+        for k in ("median_packets", "min_packets", "max_packets"):
+            row[f"beside{i}_{k}"] = t.get(k)
+        m = t.get("median_packets")
         row[f"ratio_to_beside{i}"] = round(row["median_packets"] / m, 2) if m else None
 
 
@@ -268,8 +265,7 @@ def plot(
     title: str,
     ref_dir: Path = REFERENCE_DIR,
     sim: list[dict] | None = None,
-    beside: Sequence[list[dict]] = (),
-    beside_labels: Sequence[str] = (),
+    beside: Sequence[tuple[str, list[dict]]] = (),
 ) -> list[Path]:
     import matplotlib
 
@@ -345,8 +341,7 @@ def plot(
         version = sim[0].get("manifest", {}).get("ns3_version", "")
         ax.plot(ns, [med[n] * FRAME_BYTES for n in ns], "D-", color="tab:green", ms=5, lw=1.5,
                 label=f"ns-3 {version} twin: median ({len({r.get('seed') for r in sim})} seeds)")  # fmt: skip
-    labels = [*beside_labels, *(beside_label(first, o[0]) for o in beside[len(beside_labels) :])]
-    for other, label, (color, marker) in zip(beside, labels, BESIDE_STYLES, strict=False):
+    for (label, other), (color, marker) in zip(beside, BESIDE_STYLES, strict=False):
         med = summary_rows(other, ref_dir)
         ax.scatter([r["flows"] for r in other], [r["buffer_bytes"] for r in other], s=14, marker=marker,
                    color=color, alpha=0.45)  # fmt: skip
@@ -354,7 +349,7 @@ def plot(
                 lw=1.5, label=f"this testbed, {label}: median")  # fmt: skip
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_ylim(bottom=min(1000, *(r["buffer_bytes"] * 0.8 for r in [*results, *(r for o in beside for r in o)])))
+    ax.set_ylim(bottom=min(1000, *(r["buffer_bytes"] * 0.8 for r in [*results, *(r for _, o in beside for r in o)])))
     ax.secondary_yaxis("right", functions=(lambda b: b / FRAME_BYTES, lambda p: p * FRAME_BYTES)).set_ylabel(
         f"packets of {FRAME_BYTES} bytes"
     )
@@ -405,7 +400,8 @@ def make_report(
     labels = [beside_label(first, other[0]) for other in beside]
     # Two sweeps that differ from ours in the same way (or not at all) are told apart by directory.
     labels = [f"{lb} ({b.name})" if labels.count(lb) > 1 else lb for lb, b in zip(labels, beside_dirs, strict=True)]
-    return [*plot(results, d, title, sim=sim, beside=beside, beside_labels=labels), *write_table(rows, d, labels)]
+    figure = plot(results, d, title, sim=sim, beside=list(zip(labels, beside, strict=True)))
+    return [*figure, *write_table(rows, d, labels)]
 
 
 def percent(target: float) -> str:
