@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from bufsize.longlived import crossing
-from bufsize.longlived.crossing import estimate, rms_sd, robust_sd, t_quantile
+from bufsize.longlived.crossing import Crossing, estimate, rms_sd, robust_sd, t_quantile
 from bufsize.longlived.median_search import MedianSearch, sign_test
 from bufsize.longlived.simlink import MODELS, LinkModel
 from bufsize.longlived.simlink import SimLink as ModelLink
@@ -467,6 +467,38 @@ def test_precision_rule_answer_is_the_whole_packet_above_the_crossing_within_its
     lo, hi = res.uncertain_interval_packets or (0, 0)
     assert lo <= c.packets <= hi and hi - lo <= max(2, 0.25 * c.packets), (lo, hi, c)
     assert "interval" in res.note and not any(p.extended for p in res.probes)
+
+
+def test_precision_rule_stops_when_a_sharp_bend_puts_the_line_a_packet_off_the_medians() -> None:
+    """BBR at N = 10 (results/bbr/2026-11-27.log): 3 packets fail, 4 and 5 pass, and the line through
+    the three crosses between 4 and 5 (the curve bends sharply there), outside the medians' bracket.
+    Before the one-packet stop the search re-probed 3, 4 and 5 to its budget, unconverged. Now it
+    stops within a packet, answering 4 with the interval 4..5 around it."""
+    curve = {1: 0.70, 2: 0.82, 3: 0.93, 4: 0.993, 5: 0.997}
+    rng = random.Random(3)
+
+    def measure(buffer_bytes: int, n: int) -> list[float]:
+        return [curve.get(buffer_bytes // FRAME_BYTES, 1.0) + rng.gauss(0, 0.002) for _ in range(n)]
+
+    res = MedianSearch(measure, target=0.99, hi_packets=898, samples=3, first_guess_packets=35,
+                       assume_hi_passes=True, precision=0.1).run()  # fmt: skip
+    c = res.crossing
+    assert res.converged and c is not None, res.note
+    assert c.packets < c.low, c  # the case: the estimate, held at the bracket, lies below the line's interval
+    assert res.buffer_packets == 4 and res.uncertain_interval_packets == (4, 5)
+    assert sum(len(p.samples) for p in res.probes) <= 40, res.probes  # the budget is 120
+
+
+def test_one_packet_stop_needs_the_estimate_and_the_interval_within_one_packet() -> None:
+    search = MedianSearch(lambda b, n: [], target=0.99, hi_packets=100, precision=0.1)
+
+    def crossing(packets: float, low: float, high: float) -> Crossing:
+        return Crossing(packets, low, high, 0.9, 0.05, 0.005, (3, 4, 5), (3, 4))
+
+    assert search.precise_enough(crossing(4.0, 4.2, 4.8))  # 4.0..4.8: the log's case at probe 33
+    assert not search.precise_enough(crossing(4.0, 4.4, 5.2))  # 1.2 packets
+    assert search.precise_enough(crossing(40.0, 37.0, 44.0))  # +-9 %, the estimate inside
+    assert not search.precise_enough(crossing(40.0, 41.0, 44.0))  # +-4 % but the estimate outside it
 
 
 def test_the_result_names_the_rule_that_decided_when_to_stop() -> None:
