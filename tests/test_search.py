@@ -501,6 +501,17 @@ def test_one_packet_stop_needs_the_estimate_and_the_interval_within_one_packet()
     assert not search.precise_enough(crossing(40.0, 41.0, 44.0))  # +-4 % but the estimate outside it
 
 
+def test_precision_answer_is_never_the_failing_end_of_the_bracket() -> None:
+    """A line crossing below the failing buffer holds the estimate at that buffer (no extrapolation);
+    with the one-packet stop that estimate may lie outside the line's interval, and rounding it up
+    would answer a buffer whose samples failed. The answer is the passing end, inside the interval."""
+    search = MedianSearch(lambda b, n: [], target=0.99, hi_packets=100, precision=0.1)
+    c = Crossing(3.0, 2.6, 3.0, 0.9, 0.05, 0.002, (2, 3, 4), (3, 4))
+    assert search.precise_enough(c)
+    res = search._precision_result(c, converged=True)
+    assert res.buffer_packets == 4 and res.uncertain_interval_packets == (2, 4), res
+
+
 def test_the_result_names_the_rule_that_decided_when_to_stop() -> None:
     from bufsize.longlived.search import SearchOptions, stopping_rule
 

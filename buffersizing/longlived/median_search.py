@@ -313,11 +313,15 @@ class MedianSearch:
             step += fine
 
     def _precision_result(self, c: Crossing, converged: bool) -> SearchResult:
-        answer = max(1, min(self.hi_packets, math.ceil(c.packets - 1e-9)))
+        # The whole packet above the crossing, but never the failing end of the medians' bracket: an
+        # estimate held there (the line crossing below it) would round to a buffer that failed.
+        answer = max(1, min(self.hi_packets, max(math.ceil(c.packets - 1e-9), c.bracket[0] + 1)))
         taken = sum(len(p.samples) for p in self.probes)
         hi = c.high if math.isfinite(c.high) else self.hi_packets
-        # The interval holds the estimate too: the one-packet stop allows one just outside the line's.
-        interval = (math.floor(min(c.low, c.packets)), min(self.hi_packets, math.ceil(max(hi, c.packets))))
+        # The interval holds the estimate and the answer too: the one-packet stop allows an estimate
+        # just outside the line's interval.
+        low, high = min(c.low, c.packets), max(hi, c.packets, answer)
+        interval = (math.floor(low), min(self.hi_packets, math.ceil(high)))
         note = (
             f"the target is crossed at {c.packets:.1f} packets, {c.level:.0%} interval {c.low:.1f}..{hi:.1f}, "
             f"from {taken} samples at {len(c.buffers)} buffers near it"
