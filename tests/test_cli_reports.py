@@ -10,6 +10,7 @@ from pathlib import Path
 from conftest import bufsize, spec_of
 
 from bufsize import __version__
+from bufsize.longlived.presets import QUICK_FLOWS
 from bufsize.resultdir import write_json_atomic
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,22 +26,22 @@ def test_sweep_dry_run_plans_every_point_and_creates_nothing(tmp_path):
     res = bufsize("sweep", "--preset", "quick", "--out", str(out), "--dry-run", "--json")
     assert res.returncode == 0, res.stderr
     plan = json.loads(res.stdout)
-    assert [(p["flows"], p["run"]) for p in plan["points"]] == [(2, 1), (10, 1), (50, 1), (200, 1), (800, 1)]
-    assert plan["pending_points"] == 5 and plan["estimate_s"] == sum(p["estimate_s"] for p in plan["points"]) > 0
+    assert [(p["flows"], p["run"]) for p in plan["points"]] == [(10, 1), (50, 1), (200, 1), (800, 1)]
+    assert plan["pending_points"] == 4 and plan["estimate_s"] == sum(p["estimate_s"] for p in plan["points"]) > 0
     assert plan["shaper"] == "line" and not out.exists()
     text = bufsize("sweep", "--preset", "quick", "--out", str(out), "--dry-run")
-    assert text.returncode == 0 and "5 of 5 points to run" in text.stdout and not out.exists()
+    assert text.returncode == 0 and "4 of 4 points to run" in text.stdout and not out.exists()
 
 
 def test_sweep_dry_run_skips_finished_points_and_refuses_another_sweeps_directory(tmp_path):
     out = tmp_path / "sweep"
     spec = spec_of("--preset", "quick")
-    (out / "n0002-run1").mkdir(parents=True)
+    (out / "n0010-run1").mkdir(parents=True)
     write_json_atomic(out / "manifest.json", {"spec": spec.to_dict(), "machine": {}})
-    write_json_atomic(out / "n0002-run1" / "result.json", {"flows": 2, "buffer_packets": 90})
+    write_json_atomic(out / "n0010-run1" / "result.json", {"flows": 10, "buffer_packets": 50})
     plan = json.loads(bufsize("sweep", "--preset", "quick", "--out", str(out), "--dry-run", "--json").stdout)
     done = [p for p in plan["points"] if p["finished"]]
-    assert [(p["flows"], p["run"]) for p in done] == [(2, 1)] and plan["pending_points"] == 4
+    assert [(p["flows"], p["run"]) for p in done] == [(10, 1)] and plan["pending_points"] == 3
     assert plan["estimate_s"] == sum(p["estimate_s"] for p in plan["points"] if not p["finished"])
     other = bufsize("sweep", "--preset", "quick", "--runs", "2", "--out", str(out), "--dry-run")
     assert other.returncode == 2 and "different settings" in other.stderr
@@ -52,7 +53,7 @@ def test_quick_dry_run_names_its_directory_and_creates_nothing(tmp_path):
     assert res.returncode == 0, res.stderr
     plan = json.loads(res.stdout)
     assert plan["resume"] is False and Path(plan["out"]).parent == base
-    assert len(plan["sweep"]["points"]) == 5 and plan["estimate_s"] > plan["sweep"]["estimate_s"]
+    assert len(plan["sweep"]["points"]) == len(QUICK_FLOWS) and plan["estimate_s"] > plan["sweep"]["estimate_s"]
     assert not base.exists()
 
 
@@ -66,9 +67,7 @@ def test_remote_dry_run_assigns_every_point_once_and_contacts_nothing(tmp_path):
     plan = json.loads(res.stdout)
     shares = [s["points"].split(", ") for s in plan["machines"].values()]
     assert len(shares) == 2 and all(shares)
-    assert sorted(p for share in shares for p in share) == sorted(
-        f"N={n} run {r}" for n in (2, 10, 50, 200, 800) for r in (1, 2)
-    )
+    assert sorted(p for share in shares for p in share) == sorted(f"N={n} run {r}" for n in QUICK_FLOWS for r in (1, 2))
     assert plan["estimate_s"] == max(s["estimate_s"] for s in plan["machines"].values()) > 0
     assert not (tmp_path / "merged").exists()
 

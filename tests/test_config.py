@@ -234,14 +234,19 @@ def test_a_sweep_made_before_precision_existed_resumes_but_not_with_precision_as
 
 def test_the_quick_preset_runs_the_precision_rule_and_a_committed_quick_run_before_it_is_another_sweep(tmp_path):
     """Since 2026-11-26 late the quick preset searches by the precision rule at +-20 % on measured
-    samples (11 minutes against 16-18); --precision 0 gives back its old decision rule, and a quick
-    directory of the rule before is refused, not resumed with another rule."""
+    samples (11-14 minutes against 16-18, then without N = 2); --precision 0 gives back its old
+    decision rule, and a quick directory of the rule before is refused, not resumed with another rule."""
     import json
 
     from bufsize.longlived.sweep import existing_manifest, make_spec
 
     quick = make_spec("quick", None, {}, {})
     assert quick.search["precision"] == 0.2 and quick.search["sample_length"] == "measured"
+    # Since 2026-11-28 without N = 2 (presets.py says why): every N it runs has the hardware's runs.
+    from bufsize.longlived.report import HARDWARE_TSV, REFERENCE_DIR, reference_runs
+
+    assert quick.flows == [10, 50, 200, 800]
+    assert set(quick.flows) <= set(reference_runs(HARDWARE_TSV, REFERENCE_DIR))
     assert quick.search["max_samples"] == 0 and quick.search["samples"] == 3
     assert make_spec("quick", None, {}, {"precision": 0.1}).search["precision"] == 0.1
     assert make_spec("quick", None, {}, {"precision": 0.0}).search["precision"] == 0.0
