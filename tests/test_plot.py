@@ -19,6 +19,7 @@ from bufsize.longlived.report import (
     reference_runs,
     rtt_words,
     summary_rows,
+    sweep_figure,
 )
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.errors import UsageError
@@ -83,6 +84,24 @@ def test_report_writes_figure_and_tables(tmp_path):
     assert all(p.stat().st_size > (5000 if p.name.startswith("figure") else 100) for p in paths)
     md = (tmp_path / "table.md").read_text().splitlines()
     assert len(md) == 2 + 3 and md[-1].startswith("| 800 |")
+
+
+def test_the_legend_hides_no_answer_and_stays_on_the_page():
+    """Tiny answers at small N (BBR answers 4 packets at N = 2-10) lie at the lower left, where the
+    legend used to be drawn over them: it now sits below the axes, whole, inside the figure."""
+    import matplotlib.pyplot as plt
+
+    rs = [result(n, p) for n, p in ((2, 4), (5, 4), (10, 4), (100, 6), (800, 6))]
+    fig = sweep_figure(rs, "BBR-like")
+    try:
+        fig.canvas.draw()
+        (ax,) = [a for a in fig.axes if a.get_legend() is not None]
+        legend, axes, page = ax.get_legend().get_window_extent(), ax.get_window_extent(), fig.bbox
+        assert legend.y1 <= axes.y0, (legend, axes)  # under the plotting area, overlapping none of it
+        assert page.x0 <= legend.x0 and legend.x1 <= page.x1 and page.y0 <= legend.y0, (legend, page)
+        assert len(ax.get_legend().get_texts()) >= 4  # the theory, the hardware and this testbed's entries
+    finally:
+        plt.close(fig)
 
 
 def test_published_data_are_compared_only_at_their_own_setting(tmp_path):

@@ -81,7 +81,12 @@ class Machine:
             f"StrictModes no\nSubsystem sftp {SFTP_SERVER}\nForceCommand {session}\n"
             # The namespaces have no route to a package index: their setup.sh installs from a
             # wheelhouse downloaded here, as a machine with a local mirror would.
-            f"SetEnv PIP_NO_INDEX=1 PIP_FIND_LINKS={wheelhouse} PIP_DISABLE_PIP_VERSION_CHECK=1\n"
+            # SHLVL=1: bash (root's shell, which sshd runs every session's command with) then reads no
+            # ~/.bashrc (it reads one under sshd only at the top level). This machine's root .bashrc
+            # runs `pyenv init`, whose rehash holds a lock file in ~/.pyenv: killing a session
+            # mid-rehash, as the lost-machine test does, left the lock behind, and every later session
+            # (both machines') waited 60 s for it, so a 2-minute sweep outran its 300 s allowance.
+            f"SetEnv PIP_NO_INDEX=1 PIP_FIND_LINKS={wheelhouse} PIP_DISABLE_PIP_VERSION_CHECK=1 SHLVL=1\n"
         )
 
     def start(self) -> None:
@@ -230,6 +235,15 @@ def machines(tmp_path_factory):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def worker_logs(tmp: Path) -> str:
+    """The tail of every worker's log on the machines, for a failure message."""
+    parts = []
+    for log in sorted(tmp.glob("remote-*/runs/*/worker.log")):
+        lines = log.read_text(errors="replace").splitlines()[-15:]
+        parts.append(f"--- {log.relative_to(tmp)}\n" + "\n".join(lines))
+    return "\n".join(parts) or "no worker logs"
+
+
 def remote_args(env: dict, out: Path, flows: str, *extra: str) -> list[str]:
     ms = env["machines"]
     return [
@@ -337,7 +351,12 @@ def test_a_machine_lost_part_way_is_resumed(machines, no_leftovers, tmp_path):
         worker = int(pidfile.read_text())
         b.kill()
         with_pid(worker, signal.SIGTERM)
-        stdout, stderr = first.communicate(timeout=300)
+        try:
+            stdout, stderr = first.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            first.kill()
+            _, stderr = first.communicate()
+            pytest.fail(f"bufsize remote still running 300 s after b was lost:\n{stderr}\n{worker_logs(env['tmp'])}")
     finally:
         if first.poll() is None:
             first.kill()

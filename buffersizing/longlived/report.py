@@ -267,6 +267,23 @@ def plot(
     sim: list[dict] | None = None,
     beside: Sequence[tuple[str, list[dict]]] = (),
 ) -> list[Path]:
+    import matplotlib.pyplot as plt
+
+    fig = sweep_figure(results, title, ref_dir, sim, beside)
+    paths = [out / "figure.png", out / "figure.pdf"]
+    save_figure(fig, paths[0], dpi=130)
+    save_figure(fig, paths[1])
+    plt.close(fig)
+    return paths
+
+
+def sweep_figure(
+    results: list[dict],
+    title: str,
+    ref_dir: Path = REFERENCE_DIR,
+    sim: list[dict] | None = None,
+    beside: Sequence[tuple[str, list[dict]]] = (),
+):  # noqa: ANN201 (a matplotlib Figure; matplotlib is imported only when a figure is drawn)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -276,7 +293,7 @@ def plot(
     first = results[0]
     rate, rtt = first["nominal_rate_mbps"], first["rtt_ms_for_theory"]
     bdp_bytes = rate * 1e6 / 8 * rtt / 1000
-    fig, ax = plt.subplots(figsize=(8, 5.5))
+    fig, ax = plt.subplots(figsize=(8, 7))
     xs = [1, 1000]
     grid = [10 ** (i / 20) for i in range(0, 61)]
     ax.plot(grid, [bdp_bytes / math.sqrt(n) for n in grid], "k-", lw=1.2, label="RTT*C/sqrt(N)")
@@ -358,13 +375,11 @@ def plot(
     ax.set_ylabel("minimum buffer for target utilization (bytes)")
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.25)
-    ax.legend(fontsize=7.5, loc="lower left")
+    # Below the axes, not inside: small answers (BBR's 4 packets at N = 2-10) sit at the lower left,
+    # where an inside legend hid them.
+    ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
     fig.tight_layout()
-    paths = [out / "figure.png", out / "figure.pdf"]
-    save_figure(fig, paths[0], dpi=130)
-    save_figure(fig, paths[1])
-    plt.close(fig)
-    return paths
+    return fig
 
 
 def make_report(
