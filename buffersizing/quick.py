@@ -46,6 +46,35 @@ def quick_dir(base: Path, spec: SweepSpec) -> Path:
     return d
 
 
+def earlier_minutes(base: Path, spec: SweepSpec) -> list[float]:
+    """The wall times, in minutes, of the finished runs in `base` with these settings (the committed
+    ones in results/quick, and any made here since): what the plan quotes beside its own estimate.
+    Runs of other settings (the quick preset before N = 2 was dropped) are not counted."""
+    minutes = []
+    for d in sorted(base.iterdir()) if base.is_dir() else []:
+        if d.is_symlink() or not d.is_dir():
+            continue  # `latest`, or anything planted: only the runs themselves
+        manifest = read_finished(d / "manifest.json")
+        if manifest is None or manifest.get("spec") != spec.to_dict():
+            continue
+        if not all(finished(d, n, r) for n, r in spec.points()):
+            continue
+        try:
+            wall = float((d / "wall_seconds.txt").read_text().strip())
+        except (OSError, ValueError):
+            continue
+        minutes.append(wall / 60)
+    return minutes
+
+
+def runs_took(minutes: list[float], base: Path) -> str:
+    if not minutes:
+        return ""
+    lo, hi = min(minutes), max(minutes)
+    span = f"{lo:.1f} min" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f} to {hi:.1f} min"
+    return f"; its {len(minutes)} finished run{'s' * (len(minutes) > 1)} in {base}/ took {span}"
+
+
 VERIFY_S = 5.0
 
 
@@ -59,14 +88,16 @@ def plan_quick(given: str | Path) -> dict:
     out = resumed or base / time.strftime("%Y-%m-%d-%H%M%S")
     sweep = plan(out, spec, None)
     setup_s = VERIFY_S + 20  # doctor, building the verify dumbbell, its RTT and rate tests
+    earlier = earlier_minutes(base, spec)
     total = sweep["estimate_s"] + setup_s
     text = "\n".join([
         f"the main job: doctor, verify ({VERIFY_S:g} s of rate test on 2 hosts at RTT 87 ms), then the quick sweep",
         f"into {out}/" + (" (resuming the cut-short latest run)" if resume else " (a new directory)"),
         format_plan(sweep),
-        f"about {clock(total)} in all ({sweep['estimate_basis']}; its committed runs took 8.8 and 9.6 min)",
+        f"about {clock(total)} in all ({sweep['estimate_basis']}{runs_took(earlier, base)})",
     ])  # fmt: skip
-    return {"out": str(out), "resume": resume, "verify_s": VERIFY_S, "sweep": sweep, "estimate_s": total, "text": text}
+    return {"out": str(out), "resume": resume, "verify_s": VERIFY_S, "sweep": sweep, "estimate_s": total,
+            "earlier_runs_min": [round(m, 1) for m in earlier], "text": text}  # fmt: skip
 
 
 def run_quick(given: str | Path) -> tuple[int, Path | None]:

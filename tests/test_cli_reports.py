@@ -57,6 +57,37 @@ def test_quick_dry_run_names_its_directory_and_creates_nothing(tmp_path):
     assert not base.exists()
 
 
+def test_quick_plan_quotes_the_wall_times_of_earlier_runs_of_its_own_settings(tmp_path):
+    """Only finished runs of the quick preset as it is now count: not a run of other settings, not one
+    cut short, not `latest` (a link), not a run whose wall time does not parse."""
+    from bufsize.longlived.sweep import point_dir
+    from bufsize.quick import earlier_minutes, plan_quick, quick_spec
+
+    spec = quick_spec()
+    base = tmp_path / "quick"
+
+    def run(name: str, spec_dict: dict, points: list, wall: str | None) -> None:
+        d = base / name
+        d.mkdir(parents=True)
+        (d / "manifest.json").write_text(json.dumps({"spec": spec_dict}))
+        for n, r in points:
+            point_dir(d, n, r).mkdir()
+            (point_dir(d, n, r) / "result.json").write_text(json.dumps({"flows": n, "buffer_packets": 9}))
+        if wall is not None:
+            (d / "wall_seconds.txt").write_text(wall)
+
+    assert earlier_minutes(base, spec) == []  # no directory yet
+    run("a", spec.to_dict(), spec.points(), "573\n")
+    run("b", spec.to_dict(), spec.points(), "526\n")
+    run("old-preset", spec.to_dict() | {"flows": [2, *spec.flows]}, spec.points(), "840\n")
+    run("cut-short", spec.to_dict(), spec.points()[:1], "100\n")
+    run("no-wall", spec.to_dict(), spec.points(), "nine minutes\n")
+    (base / "latest").symlink_to("a")
+    assert [round(m, 2) for m in earlier_minutes(base, spec)] == [9.55, 8.77]
+    assert "its 2 finished runs in " in plan_quick(base)["text"] and "took 8.8 to 9.6 min" in plan_quick(base)["text"]
+    assert "finished run" not in plan_quick(tmp_path / "empty")["text"]
+
+
 def test_remote_dry_run_assigns_every_point_once_and_contacts_nothing(tmp_path):
     known = tmp_path / "known_hosts"
     known.write_text("")
