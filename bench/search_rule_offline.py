@@ -61,13 +61,17 @@ def sign_test(model: LinkModel, link: SimLink) -> MedianSearch:
                         sequential=True, max_samples=20)  # fmt: skip
 
 
-def precision(model: LinkModel, link: SimLink) -> MedianSearch:
+def precision(model: LinkModel, link: SimLink, share: float = 0.1) -> MedianSearch:
     return MedianSearch(link, target=model.target, hi_packets=model.hi_packets, samples=3,
                         first_guess_packets=model.first_guess, assume_hi_passes=True,
-                        precision=0.1, level=0.9)  # fmt: skip
+                        precision=share, level=0.9)  # fmt: skip
 
 
-RULES = {"sign test (presets)": sign_test, "precision 0.1": precision}
+def quick_precision(model: LinkModel, link: SimLink) -> MedianSearch:
+    return precision(model, link, share=0.2)
+
+
+RULES = {"sign test (presets)": sign_test, "precision 0.1": precision, "precision 0.2 (quick)": quick_precision}
 
 
 def med_range(xs: list[float], fmt: str = "{:.0f}") -> str:
@@ -85,12 +89,21 @@ def main() -> int:
         help="the precision rule's estimate of one sample's noise (rms: the one before 2026-11-26 late)",
     )
     ap.add_argument("--rules", default=",".join(RULES), help=f"comma-separated, from {', '.join(RULES)}")
+    ap.add_argument(
+        "--guess",
+        type=float,
+        default=0.0,
+        help="first probe at this multiple of the true crossing (0: the model's, RTT*C/sqrt(N), above it); "
+        "the quick and full presets' guesses (a cc rule, the sweep's last answer scaled) fall on either side",
+    )
     a = ap.parse_args()
     crossing.NOISE_ESTIMATE = crossing.robust_sd if a.noise_estimate == "trimmed" else crossing.rms_sd
     rules = {k: RULES[k] for k in a.rules.split(",")}
     models = dict(MODELS)
     if a.noise == "committed":
         models = {k: replace(m, residuals=committed_residuals(FLOWS[k])) for k, m in MODELS.items() if k != "flat"}
+    if a.guess > 0:
+        models = {k: replace(m, first_guess=max(1, round(a.guess * m.crossing))) for k, m in models.items()}
     t0 = time.monotonic()
     print("| model | rule | answer (true) | CV | interval holds the truth | converged | samples | settles | "
           "predicted wall per search (s) |")  # fmt: skip

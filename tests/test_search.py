@@ -473,7 +473,7 @@ def test_precision_rule_stops_when_a_sharp_bend_puts_the_line_a_packet_off_the_m
     """BBR at N = 10 (results/bbr/2026-11-27.log): 3 packets fail, 4 and 5 pass, and the line through
     the three crosses between 4 and 5 (the curve bends sharply there), outside the medians' bracket.
     Before the one-packet stop the search re-probed 3, 4 and 5 to its budget, unconverged. Now it
-    stops within a packet, answering 4 with the interval 4..5 around it."""
+    stops within a packet, answering 4 with the interval 3..5 around it."""
     curve = {1: 0.70, 2: 0.82, 3: 0.93, 4: 0.993, 5: 0.997}
     rng = random.Random(3)
 
@@ -485,7 +485,8 @@ def test_precision_rule_stops_when_a_sharp_bend_puts_the_line_a_packet_off_the_m
     c = res.crossing
     assert res.converged and c is not None, res.note
     assert c.packets < c.low, c  # the case: the estimate, held at the bracket, lies below the line's interval
-    assert res.buffer_packets == 4 and res.uncertain_interval_packets == (4, 5)
+    # The interval reaches down to the failing end, 3: the medians put the crossing between 3 and 4.
+    assert res.buffer_packets == 4 and res.uncertain_interval_packets == (3, 5)
     assert sum(len(p.samples) for p in res.probes) <= 40, res.probes  # the budget is 120
 
 
@@ -546,3 +547,57 @@ def test_calibration_stops_at_half_its_samples_only_when_they_agree() -> None:
     lengths.clear()
     calibrate(prober(agree, "bbr"), 62.5, 10, lambda _: None)
     assert set(lengths) == {10.0}
+
+
+def test_an_estimate_held_at_the_passing_end_is_that_end_exactly_and_its_window_counts_as_local() -> None:
+    """The line crosses above the passing buffer 9, so the estimate is held at 9; 6 lies exactly at
+    9 / WINDOW. Held as exp(log(9)) = 9.000000000000002, 6 fell outside the estimate's window, the fit
+    never read as local, and quick N = 200 (2026-11-28) probed on with its interval inside +-13 %."""
+    s = {6: [0.975, 0.972, 0.978], 7: [0.982, 0.98, 0.984], 8: [0.986, 0.987, 0.985],
+         9: [0.9902, 0.9901, 0.9903], 11: [0.991, 0.992, 0.9915], 13: [0.993, 0.994, 0.9935]}  # fmt: skip
+    c = estimate(s, 0.99)
+    assert c is not None and c.bracket == (8, 9)
+    assert c.packets == 9.0 and c.low > 9.0, c  # held at the end, the line's interval beyond it
+    assert 6 in c.buffers and c.local, c
+
+
+def test_an_estimate_outside_the_lines_interval_widens_the_reported_one_to_the_bracket() -> None:
+    """Medians and line disagree (held at 7, the line 7.1..7.8): the interval covers both, 6..8."""
+    search = MedianSearch(lambda b, n: [], target=0.99, hi_packets=100, precision=0.2)
+    held = Crossing(7.0, 7.1, 7.8, 0.9, 0.05, 0.004, (6, 7, 8), (6, 7))
+    assert search._precision_result(held, converged=True).uncertain_interval_packets == (6, 8)
+    inside = Crossing(7.0, 6.5, 7.8, 0.9, 0.05, 0.004, (6, 7, 8), (6, 7))  # agree: the line's own
+    assert search._precision_result(inside, converged=True).uncertain_interval_packets == (6, 8)
+    inside = Crossing(7.0, 6.7, 7.4, 0.9, 0.05, 0.004, (6, 7, 8), (6, 7))
+    assert search._precision_result(inside, converged=True).uncertain_interval_packets == (6, 8)
+    tight = Crossing(30.0, 28.2, 31.5, 0.9, 0.05, 0.004, (25, 30, 36), (25, 30))
+    assert search._precision_result(tight, converged=True).uncertain_interval_packets == (28, 32)
+
+
+@pytest.mark.parametrize("guess", [15, 20, 35])
+def test_a_failing_first_guess_is_doubled_not_bisected_toward_the_top(guess: int) -> None:
+    """From a failing guess the next probe is twice it (a cc rule or the sweep's last answer is
+    usually within a factor of two of the answer); bisecting toward the top (898) probed 116, 134 or
+    177 first and took two more probes to come back. The link: the committed N = 10 searches' curve
+    and noise, crossing at 50 packets (no doubled guess lands within 20 % of it, where noise decides)."""
+    model = replace(MODELS["n10"], first_guess=guess)
+    expected = [guess]
+    while expected[-1] < model.crossing:
+        expected.append(2 * expected[-1])
+    for seed in range(3):
+        res = precision_search(model, ModelLink(model, seed)).run()
+        probed = [p.buffer_packets for p in res.probes]
+        assert probed[: len(expected)] == expected, probed
+        # Its 90 % interval may miss (one search in ten); the answer stays near the truth.
+        assert res.converged and abs(res.buffer_packets / model.crossing - 1) <= 0.25, res.note
+
+
+def test_a_passing_first_guess_or_none_is_bisected_as_before() -> None:
+    link = SimLink(scale=11.0, noise=0.0005, seed=4)
+    probed = [p.buffer_packets for p in MedianSearch(link, target=0.99, hi_packets=898, samples=3,
+              first_guess_packets=60, assume_hi_passes=True, precision=0.2).run().probes]  # fmt: skip
+    assert probed[:2] == [60, 30], probed
+    link = SimLink(scale=11.0, noise=0.0005, seed=4)
+    probed = [p.buffer_packets for p in MedianSearch(link, target=0.99, hi_packets=898, samples=3,
+              assume_hi_passes=True, precision=0.2).run().probes]  # fmt: skip
+    assert probed[0] == 449, probed

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 # at 7 packets, 0.979 at 9, 0.992 at 11, 0.9998 at 22). The failing and the passing buffer next to
 # the crossing join it when it would lack either.
 WINDOW = 1.5
+# A buffer at the window's edge stays inside it whichever way the float rounding went.
+_ULP = 1e-9
 # The median of n samples scatters sqrt(pi/2) times as much as their mean (normal samples).
 MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)
 # Pooled degrees of freedom below which the noise estimate means little: no interval yet.
@@ -65,7 +67,8 @@ class Crossing:
     def local(self) -> bool:
         """Every buffer of the fit lies within WINDOW of the estimate: none was pulled in from afar
         for want of a failing or passing one nearby, where the curve's bend would bias the line."""
-        return all(self.packets / WINDOW <= b <= self.packets * WINDOW for b in self.buffers)
+        lo, hi = self.packets / WINDOW * (1 - _ULP), self.packets * WINDOW * (1 + _ULP)
+        return all(lo <= b <= hi for b in self.buffers)
 
     def half_width(self) -> float:
         """Half the interval, relative to the estimate."""
@@ -123,7 +126,7 @@ NOISE_ESTIMATE = robust_sd
 
 def window(medians: dict[int, float], center: float, br: tuple[int, int], target: float) -> list[int]:
     """Buffers within WINDOW of center, with the bracket's failing or passing end where none fails or passes."""
-    used = {b for b in medians if center / WINDOW <= b <= center * WINDOW}
+    used = {b for b in medians if center / WINDOW * (1 - _ULP) <= b <= center * WINDOW * (1 + _ULP)}
     if not any(medians[b] < target for b in used):
         used.add(br[0])
     if not any(medians[b] >= target for b in used):
@@ -144,8 +147,11 @@ def estimate(samples: dict[int, list[float]], target: float, level: float = 0.9)
         used = window(medians, center, br, target)
         fit = _fit([(math.log(b), medians[b], len(samples[b])) for b in used], target)
         x = fit[0] if fit is not None else math.log(center)
-        # No extrapolation: the crossing lies within the bracket the medians show.
-        center = math.exp(min(max(x, math.log(br[0])), math.log(br[1])))
+        # No extrapolation: the crossing lies within the bracket the medians show. Clamped after
+        # exp, so a crossing held at an end is that end exactly (exp(log(9)) is 9.000000000000002,
+        # which put a buffer at exactly 9 / WINDOW outside the window: quick N = 200 on 2026-11-28
+        # probed on for 3 more probes with its interval already inside +-13 %).
+        center = min(max(_exp(x), float(br[0])), float(br[1]))
     noise, dof = NOISE_ESTIMATE([samples[b] for b in used])
     low, high = 0.0, math.inf
     slope = fit[1] if fit is not None else 0.0

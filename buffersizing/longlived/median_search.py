@@ -309,8 +309,21 @@ class MedianSearch:
                 self.probe(recheck, recheck=True, plain=True)
                 continue
             fine = c is not None and hi <= 2 * max(lo, 1)
-            self.probe(self._next_buffer(c if fine else None, lo, hi, step), plain=True)
+            up = None if fine else self._up_from_guess(lo, hi)
+            self.probe(up or self._next_buffer(c if fine else None, lo, hi, step), plain=True)
             step += fine
+
+    def _up_from_guess(self, lo: int, hi: int) -> int | None:
+        """Twice the largest failing buffer while a first guess was given and nothing has passed yet
+        (the top of the range aside), None otherwise. A guess from a cc rule or from the sweep's last
+        answer usually lies within a factor of two of the answer, so doubling brackets it in one
+        probe where bisecting toward the top took three (quick N = 50 on 2026-11-28: 22 failed, then
+        141, 56, 35 passed before the fine probes began; N = 800: 4 failed, then 60 and 15)."""
+        if self.first_guess_packets is None or lo < 1:
+            return None
+        if any(p.passed for p in self.probes if p.buffer_packets < self.hi_packets):
+            return None
+        return 2 * lo if 2 * lo < hi else None
 
     def _precision_result(self, c: Crossing, converged: bool) -> SearchResult:
         # The whole packet above the crossing, but never the failing end of the medians' bracket: an
@@ -319,8 +332,16 @@ class MedianSearch:
         taken = sum(len(p.samples) for p in self.probes)
         hi = c.high if math.isfinite(c.high) else self.hi_packets
         # The interval holds the estimate and the answer too: the one-packet stop allows an estimate
-        # just outside the line's interval.
+        # just outside the line's interval. Such an estimate is held at an end of the medians'
+        # bracket while the line's whole interval lies beyond it: the medians say the crossing lies
+        # within the bracket, the line says outside, so the interval reaches the bracket's other end
+        # and covers both. (On the simulated N = 400 link the line's interval alone held the true
+        # crossing in 77 of 100 such searches; bench/results/search-rule-offline.md.)
         low, high = min(c.low, c.packets), max(hi, c.packets, answer)
+        if c.packets < c.low:
+            low = min(low, c.bracket[0])
+        if c.packets > c.high:
+            high = max(high, c.bracket[1])
         interval = (math.floor(low), min(self.hi_packets, math.ceil(high)))
         note = (
             f"the target is crossed at {c.packets:.1f} packets, {c.level:.0%} interval {c.low:.1f}..{hi:.1f}, "
