@@ -96,7 +96,10 @@ def main() -> int:
         help="first probe at this multiple of the true crossing (0: the model's, RTT*C/sqrt(N), above it); "
         "the quick and full presets' guesses (a cc rule, the sweep's last answer scaled) fall on either side",
     )
+    ap.add_argument("--window", type=float, default=crossing.WINDOW,
+                    help=f"the fit's window around the estimate (crossing.WINDOW, {crossing.WINDOW})")  # fmt: skip
     a = ap.parse_args()
+    crossing.WINDOW = a.window
     crossing.NOISE_ESTIMATE = crossing.robust_sd if a.noise_estimate == "trimmed" else crossing.rms_sd
     rules = {k: RULES[k] for k in a.rules.split(",")}
     models = dict(MODELS)
