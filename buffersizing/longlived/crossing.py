@@ -33,7 +33,7 @@ from dataclasses import dataclass
 # the crossing join it when it would lack either.
 WINDOW = 1.5
 # A buffer at the window's edge stays inside it whichever way the float rounding went.
-_ULP = 1e-9
+_ROUNDING = 1e-9
 # The median of n samples scatters sqrt(pi/2) times as much as their mean (normal samples).
 MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)
 # Pooled degrees of freedom below which the noise estimate means little: no interval yet.
@@ -67,8 +67,7 @@ class Crossing:
     def local(self) -> bool:
         """Every buffer of the fit lies within WINDOW of the estimate: none was pulled in from afar
         for want of a failing or passing one nearby, where the curve's bend would bias the line."""
-        lo, hi = self.packets / WINDOW * (1 - _ULP), self.packets * WINDOW * (1 + _ULP)
-        return all(lo <= b <= hi for b in self.buffers)
+        return all(in_window(b, self.packets) for b in self.buffers)
 
     def half_width(self) -> float:
         """Half the interval, relative to the estimate."""
@@ -124,9 +123,14 @@ def robust_sd(groups: list[list[float]]) -> tuple[float, int]:
 NOISE_ESTIMATE = robust_sd
 
 
+def in_window(buffer: float, center: float) -> bool:
+    """Within a factor WINDOW of center, edges included."""
+    return center / WINDOW * (1 - _ROUNDING) <= buffer <= center * WINDOW * (1 + _ROUNDING)
+
+
 def window(medians: dict[int, float], center: float, br: tuple[int, int], target: float) -> list[int]:
     """Buffers within WINDOW of center, with the bracket's failing or passing end where none fails or passes."""
-    used = {b for b in medians if center / WINDOW * (1 - _ULP) <= b <= center * WINDOW * (1 + _ULP)}
+    used = {b for b in medians if in_window(b, center)}
     if not any(medians[b] < target for b in used):
         used.add(br[0])
     if not any(medians[b] >= target for b in used):
