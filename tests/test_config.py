@@ -206,30 +206,31 @@ def test_a_sweep_made_before_the_pin_resumes_and_another_shaper_is_refused(tmp_p
 
 def test_a_sweep_made_before_precision_existed_resumes_but_not_with_precision_asked(tmp_path):
     """Sweeps committed before --precision and --sample-length have none of these in their search
-    options: they ran the sign test (what precision 0 means) on the model's sample lengths, which the
-    sign-test presets keep (theory; full until 2026-11-27), so the same command resumes them; asked
-    for another rule, they are another sweep, and the refusal names the option and both values."""
+    options: they ran the sign test (what precision 0 means) on the model's sample lengths, so the
+    command that made them, with those two given, resumes them; asked for another rule, they are
+    another sweep, and the refusal names the option and both values."""
     import json
 
     from bufsize.longlived.sweep import existing_manifest, make_spec
 
-    spec = make_spec("theory", None, {}, {})
-    assert spec.search["sample_length"] == "model"  # pinned by the preset
+    sign_test = {"precision": 0.0}
+    spec = make_spec(None, [2, 10], {"sample_length": "model"}, sign_test)
+    assert spec.search["sample_length"] == "model"
     assert make_spec(None, [2, 10], {}, {}).search["sample_length"] == "measured"  # the default without one
     old = spec.to_dict()
     old["search"] = {k: v for k, v in old["search"].items() if k not in ("precision", "level", "sample_length")}
     (tmp_path / "manifest.json").write_text(json.dumps({"spec": old, "machine": {"shaper": "line"}}))
     assert existing_manifest(tmp_path, spec) is not None
     with pytest.raises(UsageError, match="sample_length was 'model', now 'measured'"):
-        existing_manifest(tmp_path, make_spec("theory", None, {"sample_length": "measured"}, {}))
-    precise = make_spec("theory", None, {}, {"precision": 0.1})
+        existing_manifest(tmp_path, make_spec(None, [2, 10], {}, sign_test))
+    precise = make_spec(None, [2, 10], {"sample_length": "model"}, {"precision": 0.1})
     assert precise.search["precision"] == 0.1 and precise.search["max_samples"] == 0 and precise.search["samples"] == 3
     with pytest.raises(UsageError, match="different settings.*search.*precision was 0.0, now 0.1"):
         existing_manifest(tmp_path, precise)
     # Given explicitly, samples stay as asked; and --max-samples with --precision is refused.
-    assert make_spec("theory", None, {"samples": 5}, {"precision": 0.1}).search["samples"] == 5
+    assert make_spec(None, [2], {"samples": 5}, {"precision": 0.1}).search["samples"] == 5
     with pytest.raises(UsageError, match="--precision replaces the sequential test"):
-        make_spec("theory", None, {"max_samples": 20}, {"precision": 0.1})
+        make_spec(None, [2], {"max_samples": 20}, {"precision": 0.1})
 
 
 def test_the_quick_preset_runs_the_precision_rule_and_a_committed_quick_run_before_it_is_another_sweep(tmp_path):
@@ -256,8 +257,6 @@ def test_the_quick_preset_runs_the_precision_rule_and_a_committed_quick_run_befo
     assert spec_of("--preset", "quick", "--precision", "0").search["precision"] == 0.0
     assert spec_of("--preset", "quick", "--precision", "0.1").search["precision"] == 0.1
     assert spec_of("--flows", "10").search["precision"] == 0.0  # no preset: the sign test's default, off
-    # The theory preset's committed sweeps ran the sign test: unchanged until re-run.
-    assert make_spec("theory", None, {}, {}).search["precision"] == 0.0
     committed = json.loads((REPO / "results" / "quick" / "2026-11-26-130743" / "manifest.json").read_text())
     (tmp_path / "manifest.json").write_text(json.dumps(committed))
     with pytest.raises(UsageError, match="different settings"):
@@ -287,3 +286,26 @@ def test_the_full_preset_is_the_committed_precision_sweep_and_resumes_it(tmp_pat
         else:
             with pytest.raises(UsageError, match="different settings"):
                 existing_manifest(d, full)
+
+
+def test_the_theory_preset_is_the_precision_rule_and_its_sign_test_sweep_resumes_by_its_own_flags(tmp_path):
+    """Since 2026-11-28 the theory preset searches like the full one (Reno, +-10 % at 90 % on measured
+    samples, 3 runs). The committed sign-test sweep (results/theory/2026-11-25/) is another sweep to
+    the preset, and the flags presets.py names give it back exactly, so that command resumes it."""
+    import json
+
+    from bufsize.longlived.sweep import existing_manifest
+
+    theory = spec_of("--preset", "theory")
+    assert theory.cc == "reno" and theory.runs == 3 and theory.max_hosts == 400
+    assert theory.search["precision"] == 0.1 and theory.search["sample_length"] == "measured"
+    assert theory.search["samples"] == 3 and theory.search["max_samples"] == 0
+    assert theory.search == spec_of("--preset", "full").search
+    committed = REPO / "results" / "theory" / "2026-11-25" / "manifest.json"
+    (tmp_path / "manifest.json").write_text(committed.read_text())
+    with pytest.raises(UsageError, match="different settings"):
+        existing_manifest(tmp_path, theory)
+    old = spec_of("--preset", "theory", "--precision", "0", "--samples", "5", "--max-samples", "20",
+                  "--sample-length", "model", "--runs", "5", "--hosts", "100")  # fmt: skip
+    assert existing_manifest(tmp_path, old) is not None
+    assert json.loads(committed.read_text())["spec"]["runs"] == old.runs == 5

@@ -21,13 +21,6 @@ FULL_FLOWS = [2, 5, 10, 20, 50, 100, 200, 400, 600, 800]
 QUICK_FLOWS = [10, 50, 200, 800]
 # The Reno check needs fewer N (Reno's cycle at N=2 makes one search there take about half an hour).
 THEORY_FLOWS = [2, 10, 50, 100, 200, 400, 800]
-# Five runs per N for the theory preset (the full preset: FULL_RUNS). A sweep runs every N of run 1
-# first, so a stopped sweep still covers every N; `--points` picks a subset.
-RUNS = 5
-# The theory sweep decides each probe by a sequential sign test (5 to 20 samples): on a link
-# simulated with the noise of real samples it cut the answer's spread from 28 % (3 fixed samples)
-# to 6-7 % for about 3.5 times the samples (tests/test_search.py).
-SEQUENTIAL = {"samples": 5, "max_samples": 20, "resolution": 0.05}
 # Sender hosts: each point uses min(N, PRESET_MAX_HOSTS), seed 004's 400 at most, so N <= 400 keep one
 # flow a host. The host count did not move the answer on the line (cubic, full preset: N=200 answered
 # 7-8 packets over 1, 2, 100 and 200 hosts, N=800 7 over 1, 2 and 100; results/hosts/2026-11-25/). The
@@ -54,23 +47,24 @@ FIG11_TARGET = 0.98
 # The shaper every preset was validated with, pinned so that a preset answers with the same method
 # on every machine (a cloud VM's netem kernel included): the line (topologies/config.py says why).
 PRESET_SHAPER = "line"
-# Likewise the sample length: every committed preset sweep sampled one congestion cycle of the model,
-# so a preset keeps that rule (and its committed sweeps resume) until they are re-run with measured
-# samples (issue 30; bench/results/sample-length.md).
-PRESET_SAMPLE_LENGTH = "model"
-# The quick preset has been re-run with the precision rule: a quick look at every N, each answer known
-# to +-20 % at 90 %.
+# Every preset searches by the precision rule on samples of two measured loss episodes (issue 30): the
+# quick one at +-20 % at 90 %, a quick look at every N.
 QUICK_PRECISION = 0.2
 # The full preset too, since 2026-11-27 (results/full/2026-11-27/): +-10 % at 90 % on measured samples,
-# three runs a N (the CV over three is the spread the issue asks for; five cost 5/3 the time).
+# three runs a N (the CV over three is the spread the issue asks for; five cost 5/3 the time; a sweep
+# runs every N of run 1 first, so a stopped sweep still covers every N). The
+# theory preset since 2026-11-28 (results/theory/2026-11-28/); its sign-test sweep of 2026-11-25 is
+# `--precision 0 --samples 5 --max-samples 20 --sample-length model --runs 5 --hosts 100`.
 FULL_PRECISION = 0.1
 FULL_RUNS = 3
+# The precision rule's settings as the full, theory, bbr and fig11 presets run them.
+PRECISE = {"samples": 3, "resolution": 0.05, "precision": FULL_PRECISION, "sample_length": "measured"}
 
 
 def preset(name: str) -> dict:
     """Sweep settings a preset fixes; anything given on the command line overrides them."""
     base = {"rate_mbps": PAPER_RATE_MBPS, "rtt_ms": PAPER_RTT_MS, "max_hosts": PRESET_MAX_HOSTS,
-            "shaper": PRESET_SHAPER, "sample_length": PRESET_SAMPLE_LENGTH}  # fmt: skip
+            "shaper": PRESET_SHAPER}  # fmt: skip
     if name == "quick":
         # One run of four N by the precision rule at +-20 % (90 %), samples of two measured loss
         # episodes. Every N has a hardware median to compare with. N = 2 left on 2026-11-28: its
@@ -82,21 +76,19 @@ def preset(name: str) -> dict:
                        "precision": QUICK_PRECISION, "sample_length": "measured"}  # fmt: skip
     if name == "full":
         # Before 2026-11-27 (results/full/2026-11-25/): 5 runs of the sign test on model samples.
-        return base | {"flows": FULL_FLOWS, "runs": FULL_RUNS, "cc": hardware_cc(), "samples": 3, "resolution": 0.05,
-                       "precision": FULL_PRECISION, "sample_length": "measured"}  # fmt: skip
+        return base | {"flows": FULL_FLOWS, "runs": FULL_RUNS, "cc": hardware_cc(), **PRECISE}
     if name == "theory":
-        return base | {"flows": THEORY_FLOWS, "runs": RUNS, "cc": "reno", **SEQUENTIAL}
+        # Before 2026-11-28 (results/theory/2026-11-25/): 5 runs of the sign test on model samples.
+        return base | {"flows": THEORY_FLOWS, "runs": FULL_RUNS, "cc": "reno", **PRECISE}
     if name == "fig11":
         # One run a N and target, as the seed's figure; the full preset's rule (+-10 % at 90 %).
         return base | {"flows": FIG11_FLOWS, "runs": 1, "cc": "reno", "rate_mbps": FIG11_RATE_MBPS,
-                       "rtt_ms": FIG11_RTT_MS, "target": FIG11_TARGET, "samples": 3, "resolution": 0.05,
-                       "precision": FULL_PRECISION, "sample_length": "measured"}  # fmt: skip
+                       "rtt_ms": FIG11_RTT_MS, "target": FIG11_TARGET, **PRECISE}  # fmt: skip
     if name == "bbr":
         # The full sweep's link, N and rule with BBR (issue 33 item 2), to set beside the BBR rule
         # (theory/ccrules.py) and the cubic full sweep. Samples span at least one ProbeRTT interval
         # (dynamics.sample_floor_s).
-        return base | {"flows": FULL_FLOWS, "runs": FULL_RUNS, "cc": "bbr", "samples": 3, "resolution": 0.05,
-                       "precision": FULL_PRECISION, "sample_length": "measured"}  # fmt: skip
+        return base | {"flows": FULL_FLOWS, "runs": FULL_RUNS, "cc": "bbr", **PRECISE}
     raise KeyError(name)
 
 
