@@ -91,7 +91,15 @@ def add_flows_arg(p: argparse.ArgumentParser) -> None:
 
 
 def add_tool_arg(p: argparse.ArgumentParser) -> None:
+    """The long-lived flows' generator and how its senders send (commands that run those flows)."""
     p.add_argument("--tool", choices=("iperf", "iperf3"), default="iperf", help="traffic generator (default iperf 2.1)")
+    p.add_argument(
+        "--sender-pacing",
+        choices=("on", "off"),
+        default="off",
+        help="on: each flow paced by its sender's TCP (SO_MAX_PACING_RATE at the access rate turns TCP's own"
+        " pacing on, no fq); off (default, the kernel's): a window's segments back to back",
+    )
 
 
 def add_result_args(p: argparse.ArgumentParser, what: str) -> None:
@@ -218,6 +226,8 @@ def link_config(a: argparse.Namespace, hosts: int, buffer_bytes: int | None = No
         access_mbps=a.access_mbps,
         loss_recovery=a.loss_recovery,
         delayed_ack=a.delayed_ack == "on",
+        # Only the commands that run long-lived flows offer it (add_tool_arg); the others send unpaced.
+        sender_pacing=getattr(a, "sender_pacing", "off") == "on",
     )
     cfg.validate()
     return cfg

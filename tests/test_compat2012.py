@@ -48,7 +48,7 @@ def test_print_config_resolves_the_2012_sweep_line_and_builds_nothing():
         "flows": 800, "hosts": 2, "rate_mbps": 62.5, "rtt_ms": 87.0, "access_mbps": 1000.0, "cc": hardware_cc(),
         "target": 0.99, "max_buffer_packets": 100,  # --maxq, the top of the 2012 search
         "shaper": "auto", "delay_backend": "auto", "burst_bytes": None, "pacer": cfg["pacer"], "bdp_packets": None,
-        "loss_recovery": "linux", "delayed_ack": True,
+        "loss_recovery": "linux", "delayed_ack": True, "sender_pacing": False,
         "relative_to": "reference", "samples": 5, "settle_s": None, "sample_s": None, "max_sample_s": 30.0,
         "sample_length": "measured",
         "resolution": 0.05, "max_samples": 0, "alpha": 0.05, "precision": 0.0, "level": 0.9, "first_guess": True,

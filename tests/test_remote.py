@@ -95,6 +95,8 @@ def test_a_machine_given_twice_is_refused():
             "dupack",
             "--delayed-ack",
             "off",
+            "--sender-pacing",
+            "on",
             "--max-buffer-packets",
             "99",
             "--settle-s",

@@ -179,9 +179,18 @@ def check_rtt_ms(value: float, spec: str | None = None) -> None:
         raise UsageError(f"--rtt-ms {given}: each RTT must be 0 or from {MIN_RTT_MS:g} to {MAX_RTT_MS:g} ms")
 
 
-def tcp_changes(loss_recovery: str = "linux", delayed_ack: bool = True) -> list[str]:
+def tcp_changes(loss_recovery: str = "linux", delayed_ack: bool = True, sender_pacing: bool = False) -> list[str]:
     out = ["RACK and tail-loss probes off"] if loss_recovery == "dupack" else []
-    return out + ([] if delayed_ack else ["delayed ACKs off"])
+    out += [] if delayed_ack else ["delayed ACKs off"]
+    return out + (["senders paced by TCP"] if sender_pacing else [])
+
+
+def pacing_cap_bps(access_mbps: float, rate_mbps: float) -> int:
+    """The SO_MAX_PACING_RATE a paced sender's sockets get: its access link's rate (10 x the bottleneck's
+    where the access links are unshaped). Setting it at all is what turns on TCP's own pacing (no fq
+    needed): each flow is then sent at TCP's pacing rate, 1.2 x cwnd / srtt in congestion avoidance
+    (2 x in slow start), never above this cap."""
+    return int((access_mbps or 10 * rate_mbps) * 1e6)
 
 
 @dataclass
@@ -203,6 +212,10 @@ class DumbbellConfig:
     # timer of 40 ms or more that adapts to the flow); False: every segment ACKed at once (the
     # route's quickack metric). bench/results/plateau/ measures what this does with many flows.
     delayed_ack: bool = True
+    # The long-lived flows' senders pace each flow (traffic.py: iperf's --fq-rate sets SO_MAX_PACING_RATE
+    # to pacing_cap_bps); False: the kernel's default, a window's segments sent as fast as the access
+    # link takes them. Issue 33 item 4: do bursty arrivals set the many-flow plateau?
+    sender_pacing: bool = False
 
     @property
     def shaper_burst(self) -> int:
@@ -253,6 +266,8 @@ class DumbbellConfig:
             raise UsageError(f"--loss-recovery {self.loss_recovery}: must be one of {', '.join(LOSS_RECOVERIES)}")
         if not isinstance(self.delayed_ack, bool):
             raise UsageError(f"--delayed-ack {self.delayed_ack}: must be on or off")
+        if not isinstance(self.sender_pacing, bool):
+            raise UsageError(f"--sender-pacing {self.sender_pacing}: must be on or off")
         if not isinstance(self.pacer, bool):
             raise UsageError(f"--pacer {self.pacer}: must be on or off")
         # Every default is within these bounds; only a given burst needs checking.
@@ -262,7 +277,7 @@ class DumbbellConfig:
 
     def tcp_changes(self) -> list[str]:
         """What this run changed in the hosts' TCP from the kernel's, for titles and progress lines."""
-        return tcp_changes(self.loss_recovery, self.delayed_ack)
+        return tcp_changes(self.loss_recovery, self.delayed_ack, self.sender_pacing)
 
     @property
     def bdp_bytes(self) -> int:

@@ -32,8 +32,9 @@ _MSG = struct.Struct("=BBBB")  # inet_diag_msg: family, state, timer, retransmit
 _MSG_LEN = _MSG.size + _SOCKID.size + 5 * 4  # ... expires, rqueue, wqueue, uid, inode
 _RTA = struct.Struct("=HH")
 # struct tcp_info (linux/tcp.h): tcpi_snd_cwnd is the 19th u32, after 8 bytes of u8 fields;
-# tcpi_bytes_acked is the u64 after pacing_rate and max_pacing_rate (since Linux 4.1).
-_CWND_AT, _BYTES_ACKED_AT = 8 + 4 * 18, 120
+# then 24 u32 in all; then the u64s pacing_rate, max_pacing_rate (bytes/s; ~0: no cap set) and
+# bytes_acked (since Linux 4.1).
+_CWND_AT, _PACING_AT, _MAX_PACING_AT, _BYTES_ACKED_AT = 8 + 4 * 18, 104, 112, 120
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class TcpSocket:
     cc: str | None = None  # congestion control (asked with info=True)
     cwnd: int | None = None  # packets
     bytes_acked: int | None = None
+    pacing_rate: int | None = None  # bytes/s, what TCP would pace at (computed whether it paces or not)
+    max_pacing_rate: int | None = None  # bytes/s: SO_MAX_PACING_RATE, 2**64 - 1 when not set
 
     @property
     def sport(self) -> int:
@@ -83,7 +86,7 @@ def parse(data: bytes) -> tuple[list[TcpSocket], bool]:
             continue
         family, state, _timer, _retr = _MSG.unpack_from(body)
         sport, dport, src, dst = _SOCKID.unpack_from(body, _MSG.size)
-        cc = cwnd = acked = None
+        cc = cwnd = acked = pacing = max_pacing = None
         pos = _MSG_LEN
         while pos + _RTA.size <= len(body):
             alen, atype = _RTA.unpack_from(body, pos)
@@ -96,10 +99,10 @@ def parse(data: bytes) -> tuple[list[TcpSocket], bool]:
                 if len(value) >= _CWND_AT + 4:
                     (cwnd,) = struct.unpack_from("=I", value, _CWND_AT)
                 if len(value) >= _BYTES_ACKED_AT + 8:
-                    (acked,) = struct.unpack_from("=Q", value, _BYTES_ACKED_AT)
+                    pacing, max_pacing, acked = struct.unpack_from("=QQQ", value, _PACING_AT)
             pos += (alen + 3) & ~3
         local, remote = f"{address(family, src)}:{sport}", f"{address(family, dst)}:{dport}"
-        out.append(TcpSocket(state, local, remote, cc, cwnd, acked))
+        out.append(TcpSocket(state, local, remote, cc, cwnd, acked, pacing, max_pacing))
     return out, False
 
 
@@ -113,7 +116,7 @@ def address(family: int, raw: bytes) -> str:
 
 def tcp_sockets(ns: str, states: tuple[int, ...] = (TCP_ESTABLISHED,), info: bool = False) -> list[TcpSocket]:
     """Every TCP socket of namespace `ns` (IPv4 and IPv6) in one of `states`; with info, its
-    congestion control, cwnd and bytes acknowledged too."""
+    congestion control, cwnd, bytes acknowledged and pacing rates too."""
     sockets = NamespaceSockets()
     try:
         s = sockets.socket(ns, socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG)

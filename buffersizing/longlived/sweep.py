@@ -48,6 +48,7 @@ class SweepSpec:
     pacer: bool = PACER_DEFAULT  # absent from specs written before the pacer: its default then
     loss_recovery: str = "linux"  # absent from specs written before the option: the kernel's then
     delayed_ack: bool = True  # likewise
+    sender_pacing: bool = False  # likewise
     search: dict = field(default_factory=dict)  # SearchOptions fields other than flows
     preset: str | None = None
 
@@ -82,6 +83,7 @@ class SweepSpec:
             pacer=self.pacer,
             loss_recovery=self.loss_recovery,
             delayed_ack=self.delayed_ack,
+            sender_pacing=self.sender_pacing,
         )
 
     def options(self, flows: int) -> SearchOptions:
@@ -155,6 +157,7 @@ def make_spec(preset_name: str | None, flows: list[int] | None, overrides: dict,
         **{k: overrides.get(k, v) for k, v in LINK_DEFAULTS.items() if k != "shaper"},
         pacer=overrides.get("pacer", "on" if PACER_DEFAULT else "off") == "on",
         delayed_ack=overrides.get("delayed_ack", "on") != "off",
+        sender_pacing=overrides.get("sender_pacing") == "on",
         search=search_opts,
         preset=preset_name,
     )
@@ -174,7 +177,7 @@ def spec_from_args(a: argparse.Namespace) -> SweepSpec:
     """The sweep the options of options.add_sweep_args describe (bufsize sweep and bufsize remote)."""
     flows = parse_flow_list(a.flows) if a.flows is not None else None
     keys = ("runs", "rate_mbps", "rtt_ms", "cc", "shaper", "burst_bytes", "delay_backend", "access_mbps", "pacer")
-    keys += ("loss_recovery", "delayed_ack")
+    keys += ("loss_recovery", "delayed_ack", "sender_pacing")
     overrides = {k: getattr(a, k) for k in keys} | {
         "max_hosts": a.hosts,
         "samples": a.samples,
@@ -263,7 +266,7 @@ def existing_manifest(out: Path, spec: SweepSpec) -> dict | None:
     if old.get("shaper") == "auto" and isinstance(machine, dict) and machine.get("shaper") == spec.shaper:
         old["shaper"] = spec.shaper  # made before sweeps pinned auto, and auto ran this shaper then
     # Host TCP options added since the sweep was made: it ran with the kernel's.
-    old = {"loss_recovery": "linux", "delayed_ack": True} | old
+    old = {"loss_recovery": "linux", "delayed_ack": True, "sender_pacing": False} | old
     if isinstance(old.get("search"), dict):
         # Search options added since the sweep was made: it ran with their defaults (--precision off).
         # Samples were the model's cycle long before --sample-length existed.

@@ -17,6 +17,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
+from bufsize.topologies.config import pacing_cap_bps
 from bufsize.topologies.dumbbell import Dumbbell
 from bufsize.topologies.errors import MachineError, RunError, UsageError
 from bufsize.topologies.machine import iperf2_version
@@ -160,6 +161,7 @@ class LongFlows:
                 "5",
                 "-i",
                 "0",
+                *self._pacing_argv(),
             ]
             self.clients.append(net.spawn(h.ns, argv, f"iperf client h{h.index} x{k}", **QUIET))
             self.what[self.clients[-1].pid] = f"iperf client of h{h.index} ({k} flows)"
@@ -192,10 +194,17 @@ class LongFlows:
                 str(FOREVER_S),
                 "-C",
                 net.cfg.cc,
+                *self._pacing_argv(),
             ]
             self.clients.append(net.spawn(h.ns, argv, f"iperf3 client h{h.index}:{p}", **QUIET))
             self.what[self.clients[-1].pid] = f"iperf3 client of h{h.index} (port {p})"
         return None
+
+    def _pacing_argv(self) -> list[str]:
+        """--sender-pacing on: iperf and iperf3 set SO_MAX_PACING_RATE (bits/s here) on each flow's
+        socket, which turns on TCP's own pacing (config.pacing_cap_bps)."""
+        cfg = self.net.cfg
+        return ["--fq-rate", str(pacing_cap_bps(cfg.access_mbps, cfg.rate_mbps))] if cfg.sender_pacing else []
 
     def _server_argv(self, port: int) -> list[str]:
         if self.tool == "iperf":
@@ -268,6 +277,11 @@ class LongFlows:
             name = sock.cc or "unknown"
             counts[name] = counts.get(name, 0) + 1
         return counts
+
+    def max_pacing_rates(self) -> list[int | None]:
+        """SO_MAX_PACING_RATE (bytes/s) of every data connection as the kernel holds it: 2**64 - 1 is
+        none set, so TCP does not pace the flow (--sender-pacing off)."""
+        return [s.max_pacing_rate for s in self._sender_sockets()]
 
     def bytes_acked(self) -> dict[str, int]:
         """Bytes acknowledged so far on every long flow (its sender's address:port)."""

@@ -106,6 +106,7 @@ def sweep_argv(spec: SweepSpec) -> list[str]:
     argv += ["--delay-backend", spec.delay_backend, "--access-mbps", repr(spec.access_mbps)]
     argv += ["--pacer", "on" if spec.pacer else "off", "--loss-recovery", spec.loss_recovery]
     argv += ["--delayed-ack", "on" if spec.delayed_ack else "off"]
+    argv += ["--sender-pacing", "on" if spec.sender_pacing else "off"]
     argv += ["--target", repr(s["target"]), "--relative-to", s["relative_to"], "--samples", str(s["samples"])]
     for key, opt in (
         ("settle_s", "--settle-s"),

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from bufsize.shortflows.workload import Workload
+from bufsize.topologies.config import pacing_cap_bps
 from bufsize.topologies.dumbbell import Dumbbell
 from bufsize.topologies.errors import RunError
 from bufsize.topologies.proc import describe_exit
@@ -69,6 +70,7 @@ class ShortFlows:
     def start(self) -> float:
         """Start the generator; return its t0 (CLOCK_MONOTONIC) once it listens and arrivals began."""
         make_dirs(self.dir)
+        cfg = self.net.cfg
         spec = {
             "workload": self.workload.to_dict(),
             "rate_mbps": self.net.cfg.rate_mbps,
@@ -79,6 +81,8 @@ class ShortFlows:
             "summary": str(self.dir / "summary.json"),
             "ready": str(self.dir / "ready.json"),
             "grace_s": self.grace_s,
+            # --sender-pacing on: every transfer's socket paced by its TCP, as the long flows' are
+            "pacing_cap_bps": pacing_cap_bps(cfg.access_mbps, cfg.rate_mbps) if cfg.sender_pacing else 0,
         }
         write_atomic(self.dir / "spec.json", json.dumps(spec, indent=1))
         argv = [sys.executable, "-m", "bufsize.shortflows.generator", str(self.dir / "spec.json")]

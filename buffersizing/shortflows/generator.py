@@ -46,6 +46,7 @@ RECV_BYTES = 1 << 18
 TCP_INFO_BYTES = 232
 TCP_INFO_MIN = 104  # through tcpi_total_retrans: every kernel since 2.6
 TCP_INFO_U32 = struct.Struct("=8B24I")  # state .. wscale bytes, then rto .. total_retrans
+SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)  # asm-generic/socket.h
 
 
 @dataclass
@@ -91,6 +92,7 @@ class Generator:
         self.senders: list[dict] = spec["senders"]
         self.addr = (spec["receiver_ip"], int(spec["port"]))
         self.grace_s = float(spec.get("grace_s", 5.0))
+        self.pacing_cap_bps = int(spec.get("pacing_cap_bps") or 0)  # 0: the kernel's, unpaced
         self.transfers: dict[int, Transfer] = {}
         self.running: dict[int, asyncio.Task] = {}
         self.next_id = 1
@@ -157,6 +159,8 @@ class Generator:
         loop = asyncio.get_running_loop()
         s = self.sockets.socket(ns)
         s.setblocking(False)
+        if self.pacing_cap_bps:
+            s.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, self.pacing_cap_bps // 8)  # bytes/s
         tr.t_start = time.monotonic()
         self.late_max_s = max(self.late_max_s, tr.t_start - tr.t_planned)
         try:

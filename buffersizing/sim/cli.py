@@ -109,7 +109,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.set_defaults(func=cmd_sim_shortexp)
 
 
+def refuse_sender_pacing(a: argparse.Namespace) -> None:
+    """The twin's senders are not paced (ns-3 can pace, but the twin does not configure it yet), so a
+    paced twin run would quietly answer for unpaced senders."""
+    if getattr(a, "sender_pacing", "off") == "on":
+        raise UsageError("--sender-pacing on: the twin's senders are not paced; it is the emulation's option")
+
+
 def sim_config(a: argparse.Namespace, flows: int, hosts: int, seed: int) -> SimConfig:
+    refuse_sender_pacing(a)
     if not 1 <= flows <= MAX_SIM_FLOWS:  # before the hosts, which default to min(flows, 400)
         raise UsageError(f"--flows {flows}: the twin takes 1 to {MAX_SIM_FLOWS}")
     if not 1 <= hosts <= MAX_SIM_HOSTS:  # before parse_rtts spreads a range over them
@@ -121,6 +129,7 @@ def sim_config(a: argparse.Namespace, flows: int, hosts: int, seed: int) -> SimC
 
 
 def search_options(a: argparse.Namespace, flows: int) -> SearchOptions:
+    refuse_sender_pacing(a)
     samples = a.samples if a.samples is not None else default_samples(a.precision)
     return SearchOptions(flows, a.target, a.relative_to, samples, a.settle_s, a.sample_s,
                          resolution=a.resolution if a.resolution is not None else 0.05,

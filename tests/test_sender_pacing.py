@@ -1,0 +1,94 @@
+"""--sender-pacing: each long flow's socket gets SO_MAX_PACING_RATE (which turns on TCP's own pacing,
+no fq) on the real senders, the short flows' too; the option travels through sweeps, resumes and
+titles, and sweeps made before it resume as unpaced."""
+
+from __future__ import annotations
+
+import json
+import socket
+from types import SimpleNamespace
+
+import pytest
+from conftest import spec_of
+
+from bufsize.cli import build_parser
+from bufsize.longlived.traffic import LongFlows
+from bufsize.shortflows.generator import SO_MAX_PACING_RATE
+from bufsize.topologies.config import DumbbellConfig, pacing_cap_bps, tcp_changes
+from bufsize.topologies.dumbbell import Dumbbell
+from bufsize.topologies.errors import UsageError
+
+UNSET = 2**64 - 1  # the kernel's ~0UL: no cap, no pacing asked
+
+
+def test_the_cap_is_the_access_rate_or_ten_times_the_bottleneck_where_unshaped():
+    assert pacing_cap_bps(1000.0, 62.5) == 1_000_000_000
+    assert pacing_cap_bps(100.0, 62.5) == 100_000_000
+    assert pacing_cap_bps(0.0, 62.5) == 625_000_000
+
+
+@pytest.mark.parametrize("tool", ["iperf", "iperf3"])
+def test_the_traffic_generators_ask_for_pacing_only_when_told(tool):
+    def argv(pacing: bool) -> list[str]:
+        cfg = DumbbellConfig(hosts=1, rtt_ms=[87.0], access_mbps=250.0, sender_pacing=pacing)
+        net = SimpleNamespace(cfg=cfg, hosts=[SimpleNamespace(rtt_ms=87.0)])
+        return LongFlows(net, 2, tool)._pacing_argv()
+
+    assert argv(False) == []
+    assert argv(True) == ["--fq-rate", "250000000"]
+
+
+def test_the_option_reaches_the_config_the_sweep_its_title_and_an_old_sweep_resumes_unpaced(tmp_path):
+    from bufsize.longlived.sweep import existing_manifest
+
+    paced = spec_of("--flows", "200,800", "--sender-pacing", "on")
+    assert paced.sender_pacing and paced.config(200).sender_pacing
+    assert not spec_of("--flows", "200").sender_pacing
+    assert "senders paced by TCP" in paced.config(800).tcp_changes()
+    assert tcp_changes() == [] and tcp_changes(sender_pacing=True) == ["senders paced by TCP"]
+    with pytest.raises(UsageError, match="--sender-pacing"):
+        DumbbellConfig(sender_pacing="yes").validate()  # type: ignore[arg-type]
+    # A sweep written before the option: no key, and it ran unpaced; asked paced, it is another sweep.
+    unpaced = spec_of("--flows", "200,800")
+    old = unpaced.to_dict()
+    del old["sender_pacing"]
+    (tmp_path / "manifest.json").write_text(json.dumps({"spec": old, "machine": {"shaper": "line"}}))
+    assert existing_manifest(tmp_path, unpaced) is not None
+    with pytest.raises(UsageError, match="different settings \\(sender_pacing\\)"):
+        existing_manifest(tmp_path, paced)
+
+
+def test_the_kernel_keeps_the_cap_a_short_flow_socket_is_given():
+    """What the short-flow generator sets on each transfer's socket, read back (no traffic)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        assert s.getsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE) & 0xFFFFFFFF == 0xFFFFFFFF  # none set
+        s.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, pacing_cap_bps(1000.0, 62.5) // 8)
+        assert s.getsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE) == 125_000_000
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("tool", "pacing"), [("iperf", True), ("iperf", False), ("iperf3", True)])
+def test_every_long_flow_socket_on_the_senders_carries_the_cap_when_paced(no_leftovers, tool, pacing):
+    # HTB: the bottleneck does not matter here, and HTB needs no CPU of its own (the line does).
+    cfg = DumbbellConfig(
+        hosts=2, rate_mbps=20, rtt_ms=[10.0, 10.0], access_mbps=100.0, shaper="htb", sender_pacing=pacing
+    )
+    with Dumbbell(cfg, "delayline") as net, LongFlows(net, 4, tool) as flows:
+        caps = flows.max_pacing_rates()
+        flows.check()
+    if tool == "iperf3":  # its control connection per client is among them, never paced
+        assert len(caps) == 4 + 2 and caps.count(UNSET) == 2, caps
+        caps = [c for c in caps if c != UNSET] if pacing else caps[:4]
+    assert caps == [100_000_000 // 8] * 4 if pacing else caps == [UNSET] * 4, caps
+
+
+@pytest.mark.parametrize("argv", [["sim", "search", "--flows", "10"], ["sim", "sweep", "--flows", "10", "--out", "x"]])
+def test_the_twin_refuses_to_pace_rather_than_answer_for_unpaced_senders(argv, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    parsed = build_parser().parse_args([*argv, "--sender-pacing", "on"])
+    with pytest.raises(UsageError, match="--sender-pacing on: the twin"):
+        parsed.func(parsed)
+    assert not (tmp_path / "x").exists()
+    for other in (["sim", "measure", "--flows", "10"], ["sim", "shortexp", "loss", "--out", "x"]):
+        with pytest.raises(SystemExit):  # not offered at all
+            build_parser().parse_args([*other, "--sender-pacing", "on"])
