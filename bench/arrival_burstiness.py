@@ -93,9 +93,11 @@ def burstiness(times: list[float], buffer_packets: int) -> dict:
 
 def emulated(flows: int, hosts: int, buffer_packets: int, variant: str) -> tuple[list[float], dict]:
     bdp = round(RATE_MBPS * 1e6 / 8 * RTT_MS / 1000 / FRAME_BYTES)
-    # quickack: the receiver ACKs every segment at once (--delayed-ack off, the route's quickack metric).
+    # quickack: the receiver ACKs every segment at once (--delayed-ack off, the route's quickack metric);
+    # paced: each sender's TCP paces its flow (--sender-pacing on).
     cfg = DumbbellConfig(hosts=hosts, rate_mbps=RATE_MBPS, rtt_ms=parse_rtts(str(RTT_MS), hosts),
-                         buffer_bytes=2 * bdp * FRAME_BYTES, cc="reno", delayed_ack=variant != "quickack")  # fmt: skip
+                         buffer_bytes=2 * bdp * FRAME_BYTES, cc="reno", delayed_ack=variant != "quickack",
+                         sender_pacing=variant == "paced")  # fmt: skip
     with Dumbbell(cfg, "delayline") as net:
         if variant == "nocompsack":
             # Only Linux's SACK compression off (quickack turns it off too: an immediate ACK
@@ -144,9 +146,9 @@ def main() -> int:
     p.add_argument(
         "--variant",
         action="append",
-        choices=("linux", "quickack", "nocompsack"),
+        choices=("linux", "quickack", "nocompsack", "paced"),
         help="emulated receivers as the kernel has them (linux), ACKing every segment (quickack), or"
-        " without SACK compression (nocompsack)",
+        " without SACK compression (nocompsack); or senders pacing each flow (paced: --sender-pacing on)",
     )
     a = p.parse_args()
     variants = a.variant or ["linux"]
