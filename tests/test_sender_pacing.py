@@ -92,3 +92,35 @@ def test_the_twin_refuses_to_pace_rather_than_answer_for_unpaced_senders(argv, t
     for other in (["sim", "measure", "--flows", "10"], ["sim", "shortexp", "loss", "--out", "x"]):
         with pytest.raises(SystemExit):  # not offered at all
             build_parser().parse_args([*other, "--sender-pacing", "on"])
+
+
+@pytest.mark.parametrize("cap", [0, 125_000_000])
+def test_the_short_flow_generator_sets_the_cap_on_each_transfer_socket_when_asked(tmp_path, cap):
+    """Generator.send on a transfer to a closed loopback port (refused at once: no traffic): the socket
+    it made carried the cap (or none) when it was closed."""
+    import asyncio
+
+    from bufsize.shortflows.generator import Generator, Transfer
+    from bufsize.shortflows.workload import Workload
+
+    seen: list[int] = []
+
+    class Recording(socket.socket):
+        def close(self) -> None:
+            seen.append(self.getsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE) & 0xFFFFFFFF)
+            super().close()
+
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    workload = Workload(sizes="fixed:10", load=0.8, transfers=10).to_dict()
+    spec = {"workload": workload, "senders": [], "receiver_ip": "127.0.0.1", "port": port,
+            "records": str(tmp_path / "t.csv"), "pacing_cap_bps": cap * 8}  # fmt: skip
+    gen = Generator(spec)
+    gen.sockets.socket = lambda ns: Recording(socket.AF_INET, socket.SOCK_STREAM)  # type: ignore[method-assign]
+    try:
+        asyncio.run(gen.send(Transfer(1, "open", -1, "h1", 100_000, t_planned=0.0), "unused"))
+    finally:
+        gen.rows.close()
+        gen.sockets.close()
+    assert seen == [cap or 0xFFFFFFFF]
