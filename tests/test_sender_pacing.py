@@ -82,16 +82,34 @@ def test_every_long_flow_socket_on_the_senders_carries_the_cap_when_paced(no_lef
     assert caps == [100_000_000 // 8] * 4 if pacing else caps == [UNSET] * 4, caps
 
 
-@pytest.mark.parametrize("argv", [["sim", "search", "--flows", "10"], ["sim", "sweep", "--flows", "10", "--out", "x"]])
-def test_the_twin_refuses_to_pace_rather_than_answer_for_unpaced_senders(argv, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    parsed = build_parser().parse_args([*argv, "--sender-pacing", "on"])
-    with pytest.raises(UsageError, match="--sender-pacing on: the twin"):
-        parsed.func(parsed)
-    assert not (tmp_path / "x").exists()
-    for other in (["sim", "measure", "--flows", "10"], ["sim", "shortexp", "loss", "--out", "x"]):
-        with pytest.raises(SystemExit):  # not offered at all
-            build_parser().parse_args([*other, "--sender-pacing", "on"])
+def test_the_twin_takes_the_option_into_its_config_and_sweep_and_old_twin_sweeps_resume_unpaced(tmp_path):
+    from bufsize.sim.cli import sim_config
+    from bufsize.sim.sweep import SimSweepSpec, open_sim_sweep
+    from bufsize.topologies.nssim import SimConfig, SimDumbbell
+
+    for argv in (["sim", "search", "--flows", "10"], ["sim", "measure", "--flows", "10", "--buffer-packets", "9"]):
+        a = build_parser().parse_args([*argv, "--sender-pacing", "on"])
+        cfg = sim_config(a, 10, 10, 1)
+        assert cfg.sender_pacing
+        args = SimDumbbell.args(SimSimple(cfg))
+        assert args[args.index("--pacing") + 1] == "1"
+    assert not sim_config(build_parser().parse_args(["sim", "search", "--flows", "10"]), 10, 10, 1).sender_pacing
+    spec = SimSweepSpec([10], 1, 400, 62.5, "87", "reno", 1000.0)
+    old = spec.to_dict()
+    del old["sender_pacing"]
+    (tmp_path / "manifest.json").write_text(json.dumps({"spec": old}))
+    open_sim_sweep(tmp_path, spec)  # resumes
+    spec.sender_pacing = True
+    assert spec.config(10, 1) == SimConfig(10, 62.5, [87.0] * 10, "reno", 1000.0, 1, sender_pacing=True)
+    with pytest.raises(UsageError, match="sender_pacing"):
+        open_sim_sweep(tmp_path, spec)
+
+
+class SimSimple:
+    """Just what SimDumbbell.args reads."""
+
+    def __init__(self, cfg: object) -> None:
+        self.cfg, self.flows, self.buffer_packets = cfg, 10, 9
 
 
 @pytest.mark.parametrize("cap", [0, 125_000_000])
@@ -124,3 +142,22 @@ def test_the_short_flow_generator_sets_the_cap_on_each_transfer_socket_when_aske
         gen.rows.close()
         gen.sockets.close()
     assert seen == [cap or 0xFFFFFFFF]
+
+
+def test_the_twins_paced_senders_offer_fewer_packets_back_to_back():
+    """The same simulated dumbbell (10 Reno flows, 10 Mb/s, 20 ms, 100 Mb/s access links, 40 packets
+    of buffer) unpaced and paced: a paced flow spaces its segments by srtt / (1.2 cwnd), so fewer
+    arrivals at the bottleneck follow the one before by less than two access-link frame times."""
+    from bufsize.topologies.nssim import SimConfig, SimDumbbell
+
+    def back_to_back(paced: bool) -> float:
+        cfg = SimConfig(10, 10.0, [20.0] * 10, "reno", 100.0, seed=1, sender_pacing=paced)
+        with SimDumbbell(cfg, 10, 40) as net:
+            net.run(5.0)
+            t = net.arrivals(3.0)
+        gaps = [b - a for a, b in zip(t, t[1:], strict=False)]
+        assert len(gaps) > 1000  # about 2600 frames in 3 s at 10 Mb/s, more with drops
+        return sum(g < 2 * 1514 * 8 / 100e6 for g in gaps) / len(gaps)
+
+    unpaced, paced = back_to_back(False), back_to_back(True)
+    assert paced < 0.5 * unpaced, (unpaced, paced)

@@ -72,6 +72,8 @@ class SimConfig:
     iw: int = 10  # initial window, packets (Linux's; the seeds' ns-2 simulations mostly used 1 or 2)
     rto: str = "linux"
     delayed_ack: bool = True  # an ACK per two segments or 40 ms (False: every segment ACKed at once)
+    # Every flow paced by its TCP, capped at the access rate (the emulation's --sender-pacing on).
+    sender_pacing: bool = False
 
     @property
     def bdp_bytes(self) -> int:
@@ -102,6 +104,8 @@ class SimConfig:
             raise UsageError(f"--iw {self.iw}: an initial window from 1 to 1000 packets")
         if not isinstance(self.delayed_ack, bool):
             raise UsageError(f"--delayed-ack {self.delayed_ack}: must be on or off")
+        if not isinstance(self.sender_pacing, bool):
+            raise UsageError(f"--sender-pacing {self.sender_pacing}: must be on or off")
         if self.rto not in SIM_RTOS:
             raise UsageError(f"--rto {self.rto}: one of {', '.join(SIM_RTOS)}")
 
@@ -148,7 +152,7 @@ class SimDumbbell:
                 "--rtt-ms", ",".join(repr(float(r)) for r in c.rtt_ms), "--cc", c.cc,
                 "--access-mbps", repr(c.access_mbps), "--buffer-packets", str(self.buffer_packets),
                 "--seed", str(c.seed), "--iw", str(c.iw), "--rto", c.rto,
-                "--delack", "2" if c.delayed_ack else "1"]  # fmt: skip
+                "--delack", "2" if c.delayed_ack else "1", "--pacing", "1" if c.sender_pacing else "0"]  # fmt: skip
 
     def __enter__(self) -> SimDumbbell:
         self.proc = subprocess.Popen(

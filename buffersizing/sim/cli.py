@@ -67,6 +67,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_sim_link_args(m, "sender hosts (default: one per flow up to 400)")
     m.add_argument("--seed", type=int, default=1, help="the simulation's seed (default 1)")
     m.add_argument("--buffer-packets", type=int, required=True, help="bottleneck buffer in packets")
+    # search and sweep have it from add_search_args (the emulated commands' own help)
+    m.add_argument("--sender-pacing", choices=("on", "off"), default="off", help="each flow paced by its TCP")
     m.add_argument("--duration", type=float, default=60.0, help="simulated seconds measured (default 60)")
     m.add_argument("--settle-s", type=float, default=10.0, help="simulated seconds before measuring (default 10)")
     m.add_argument("--sample-s", type=float, default=1.0, help="length of each utilization sample (default 1)")
@@ -109,27 +111,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.set_defaults(func=cmd_sim_shortexp)
 
 
-def refuse_sender_pacing(a: argparse.Namespace) -> None:
-    """The twin's senders are not paced (ns-3 can pace, but the twin does not configure it yet), so a
-    paced twin run would quietly answer for unpaced senders."""
-    if getattr(a, "sender_pacing", "off") == "on":
-        raise UsageError("--sender-pacing on: the twin's senders are not paced; it is the emulation's option")
-
-
 def sim_config(a: argparse.Namespace, flows: int, hosts: int, seed: int) -> SimConfig:
-    refuse_sender_pacing(a)
     if not 1 <= flows <= MAX_SIM_FLOWS:  # before the hosts, which default to min(flows, 400)
         raise UsageError(f"--flows {flows}: the twin takes 1 to {MAX_SIM_FLOWS}")
     if not 1 <= hosts <= MAX_SIM_HOSTS:  # before parse_rtts spreads a range over them
         raise UsageError(f"--hosts {hosts}: must be from 1 to {MAX_SIM_HOSTS}")
     cfg = SimConfig(hosts, a.rate_mbps, parse_rtts(a.rtt_ms, hosts), a.cc, a.access_mbps, seed,
-                    delayed_ack=a.delayed_ack == "on")  # fmt: skip
+                    delayed_ack=a.delayed_ack == "on", sender_pacing=a.sender_pacing == "on")  # fmt: skip
     cfg.validate(flows)
     return cfg
 
 
 def search_options(a: argparse.Namespace, flows: int) -> SearchOptions:
-    refuse_sender_pacing(a)
     samples = a.samples if a.samples is not None else default_samples(a.precision)
     return SearchOptions(flows, a.target, a.relative_to, samples, a.settle_s, a.sample_s,
                          resolution=a.resolution if a.resolution is not None else 0.05,
@@ -224,7 +217,8 @@ def cmd_sim_sweep(a: argparse.Namespace) -> int:
     search = {k: v for k, v in opts.to_dict().items() if k != "flows"}
     hosts = a.hosts if a.hosts is not None else 400
     spec = SimSweepSpec(flows, a.seeds, hosts, a.rate_mbps, a.rtt_ms, a.cc, a.access_mbps, search,
-                        delayed_ack=a.delayed_ack == "on", start_buffer=a.start_buffer)  # fmt: skip
+                        delayed_ack=a.delayed_ack == "on", start_buffer=a.start_buffer,
+                        sender_pacing=a.sender_pacing == "on")  # fmt: skip
     spec.validate()
     jobs = a.jobs if a.jobs is not None else default_jobs()
     check_jobs(jobs)

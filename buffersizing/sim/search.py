@@ -73,7 +73,8 @@ def simulator_manifest(cfg: SimConfig) -> dict:
         "seed": cfg.seed,
         "congestion_control": cfg.cc,
         "tcp": f"ns-3 TcpLinuxReno/TcpCubic/TcpBbr; SACK, timestamps, window scaling, IW {cfg.iw}, {acks}, PRR, "
-        f"RTO {RTO_TEXT[cfg.rto]}; 1448-byte segments",
+        f"RTO {RTO_TEXT[cfg.rto]}; 1448-byte segments; "
+        + ("every flow paced (1.2 x cwnd/rtt, at most the access rate)" if cfg.sender_pacing else "unpaced but BBR"),
         "project_commit": project_commit(),
     }
 

@@ -43,11 +43,13 @@ class SimSweepSpec:
     search: dict = field(default_factory=dict)  # SearchOptions fields other than flows
     delayed_ack: bool = True  # absent from sweeps made before the option: on, as they ran
     start_buffer: str = "calibration"  # absent from sweeps made before the option: as they ran
+    sender_pacing: bool = False  # likewise: unpaced
 
     def config(self, flows: int, seed: int) -> SimConfig:
         hosts = min(flows, self.max_hosts)
         rtts = parse_rtts(self.rtt_ms, hosts)
-        return SimConfig(hosts, self.rate_mbps, rtts, self.cc, self.access_mbps, seed, delayed_ack=self.delayed_ack)
+        return SimConfig(hosts, self.rate_mbps, rtts, self.cc, self.access_mbps, seed, delayed_ack=self.delayed_ack,
+                         sender_pacing=self.sender_pacing)  # fmt: skip
 
     def options(self, flows: int) -> SearchOptions:
         return SearchOptions(flows=flows, **self.search)
@@ -93,7 +95,8 @@ def open_sim_sweep(out: Path, spec: SimSweepSpec) -> None:
     path = out / "manifest.json"
     if path.exists():
         try:
-            old = {"delayed_ack": True, "start_buffer": "calibration"} | json.loads(path.read_text())["spec"]
+            made_before = {"delayed_ack": True, "start_buffer": "calibration", "sender_pacing": False}
+            old = made_before | json.loads(path.read_text())["spec"]
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise UsageError(f"{path} is not a sweep manifest; choose another --out") from e
         if old != spec.to_dict():

@@ -23,7 +23,9 @@
 // TCP is set as close to Linux as ns-3 allows: SACK, timestamps, window scaling, initial window 10,
 // delayed ACKs every 2 segments or 40 ms (--delack 1: every segment at once), PRR, and an RTO of
 // srtt + max(4 rttvar, 200 ms) (ns-3's clock granularity term is exactly Linux's rto_min term; its
-// default 1 s minimum RTO starves flows).
+// default 1 s minimum RTO starves flows). Unpaced, as Linux sends without fq, except BBR; --pacing 1
+// paces every flow as Linux does when asked (1.2 x cwnd / srtt, 2 x in slow start: ns-3's defaults
+// too), capped at the access rate.
 #include "ns3/applications-module.h"
 #include "ns3/core-module.h"
 #include "ns3/internet-module.h"
@@ -159,13 +161,14 @@ struct Options
     uint32_t iw = 10;
     std::string rto = "linux";
     uint32_t delack = 2; // segments a delayed ACK waits for (1: every segment ACKed at once)
+    uint32_t pacing = 0; // 1: every flow paced by its TCP (the emulation's --sender-pacing on)
 };
 
 [[noreturn]] void Usage(const std::string& why)
 {
     std::cerr << "bsz-nssim: " << why << "\n"
               << "usage: bsz-nssim --flows N --hosts H --rate-mbps C --rtt-ms R[,R...] --cc reno|cubic|bbr "
-                 "--buffer-packets B [--access-mbps A] [--seed S] [--start-spread-s T] [--iw PACKETS] [--rto linux|ns2] [--delack 1|2]\n"
+                 "--buffer-packets B [--access-mbps A] [--seed S] [--start-spread-s T] [--iw PACKETS] [--rto linux|ns2] [--delack 1|2] [--pacing 0|1]\n"
                  "(--flows 0: short transfers only, given on stdin)\n";
     std::exit(2);
 }
@@ -210,6 +213,8 @@ Options Parse(int argc, char** argv)
             o.iw = Number(flag, v, 1, 1000);
         else if (flag == "--delack")
             o.delack = Number(flag, v, 1, 2);
+        else if (flag == "--pacing")
+            o.pacing = Number(flag, v, 0, 1);
         else if (flag == "--rto")
         {
             if (v != "linux" && v != "ns2")
@@ -271,8 +276,11 @@ int main(int argc, char** argv)
     Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(MilliSeconds(ns2Rto ? 1000 : 200)));
     Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MilliSeconds(ns2Rto ? 10 : 200)));
     Config::SetDefault("ns3::TcpL4Protocol::RecoveryType", TypeIdValue(TypeId::LookupByName("ns3::TcpPrrRecovery")));
-    // Linux paces only BBR without fq; ns-3's BBR needs pacing on.
-    Config::SetDefault("ns3::TcpSocketState::EnablePacing", BooleanValue(o.cc == "bbr"));
+    // Linux paces only BBR without fq (unless a socket asks: --pacing 1); ns-3's BBR needs pacing on.
+    Config::SetDefault("ns3::TcpSocketState::EnablePacing", BooleanValue(o.cc == "bbr" || o.pacing == 1));
+    if (o.pacing == 1)
+        Config::SetDefault("ns3::TcpSocketState::MaxPacingRate",
+                           DataRateValue(DataRate(static_cast<uint64_t>(o.accessMbps * 1e6))));
 
     NodeContainer senders;
     senders.Create(o.hosts);
