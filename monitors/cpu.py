@@ -17,20 +17,24 @@ class CpuShare:
     busy: float
     softirq: float
     idle: float
+    # Time the hypervisor gave this VM's vCPUs to others (part of busy): the emulation's timers and
+    # softirqs wait through it. Recorded since 2026-11-28, when the many-flow answers moved by day.
+    steal: float = 0.0
 
     @property
     def trusted(self) -> bool:
         return self.idle >= MIN_IDLE
 
     def to_dict(self) -> dict:
-        return {"busy": round(self.busy, 3), "softirq": round(self.softirq, 3), "idle": round(self.idle, 3)}
+        return {"busy": round(self.busy, 3), "softirq": round(self.softirq, 3), "idle": round(self.idle, 3),
+                "steal": round(self.steal, 3)}  # fmt: skip
 
 
 def share_between(t0, t1) -> CpuShare:  # noqa: ANN001 - psutil's scputimes
     d = {f: getattr(t1, f) - getattr(t0, f) for f in t1._fields}
     total = sum(d.values()) or 1.0
     idle = (d["idle"] + d.get("iowait", 0.0)) / total
-    return CpuShare(1 - idle, d.get("softirq", 0.0) / total, idle)
+    return CpuShare(1 - idle, d.get("softirq", 0.0) / total, idle, d.get("steal", 0.0) / total)
 
 
 class CpuMonitor(Monitor[CpuShare]):

@@ -168,6 +168,9 @@ def plot_run(d: Path, title: str | None = None) -> list[Path]:
                 color=line.get_color(),
                 label=f"core {core} softirq",
             )
+            if "steal" in rows[0]:  # recorded since 2026-11-28
+                ax.plot(col(rows, "t_s"), col(rows, "steal"), lw=0.8, ls="--", color=line.get_color(),
+                        label=f"core {core} steal")  # fmt: skip
         ax.set_xlabel("time (s)")
         ax.set_ylabel("share of the core")
         ax.set_ylim(0, 1.05)

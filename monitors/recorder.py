@@ -3,7 +3,7 @@
 Cadence (each tick is one netlink request of ~10 us, see qdisc_stats.py; nothing forks):
 - queue (backlog bytes and packets, drops, the buffer limit, bytes sent) at `queue_hz` (100);
 - rate from the bytes-sent counter and the sum of cwnd at a tenth of that (10 Hz);
-- each flow's cwnd, and per-core busy/softirq/idle shares, once a second.
+- each flow's cwnd, and per-core busy/softirq/idle/steal shares, once a second.
 The thread measures its own CPU time, so every run reports what monitoring cost.
 """
 
@@ -40,7 +40,8 @@ class Recording:
     cwnd_flows: list[tuple[float, str, int, int, float]] = field(default_factory=list)  # t, flow, cwnd, ssth, srtt ms
     # Once a second: flows with an event in that second, and how many of them had cwnd >= ssthresh.
     ca_counts: list[tuple[float, int, int]] = field(default_factory=list)
-    cpu: list[tuple[float, int, float, float, float]] = field(default_factory=list)  # t, core, busy, softirq, idle
+    # t, core, busy, softirq, idle, steal
+    cpu: list[tuple[float, int, float, float, float, float]] = field(default_factory=list)
     cwnd_note: str = ""
     cwnd_overruns: int = 0
     cwnd_duty: float = 1.0  # the share of each rate period the cwnd trace was on (monitors/cwnd.trace_duty)
@@ -49,8 +50,8 @@ class Recording:
     error: str = ""
 
 
-def _core_shares(a: list, b: list) -> list[tuple[float, float, float]]:
-    return [(c.busy, c.softirq, c.idle) for c in (share_between(x, y) for x, y in zip(a, b, strict=True))]
+def _core_shares(a: list, b: list) -> list[tuple[float, float, float, float]]:
+    return [(c.busy, c.softirq, c.idle, c.steal) for c in (share_between(x, y) for x, y in zip(a, b, strict=True))]
 
 
 class Recorder(Monitor[Recording]):
@@ -207,13 +208,15 @@ def summary(rec: Recording) -> dict:
         out["cwnd"] |= {"sum_mean": round(statistics.fmean(sums), 1), "sum_sd": round(statistics.stdev(sums), 1)}
     if rec.cpu:
         idle_by_second: dict[float, list[float]] = {}
-        for t, _core, _busy, _soft, idle in rec.cpu:
+        for t, _core, _busy, _soft, idle, _steal in rec.cpu:
             idle_by_second.setdefault(t, []).append(idle)
         machine_idle = [statistics.fmean(v) for v in idle_by_second.values()]
         out["cpu"] = {
             "seconds": len(machine_idle),
             "min_idle_share_per_second": round(min(machine_idle), 3),
             "mean_softirq_share": round(statistics.fmean(r[3] for r in rec.cpu), 3),
+            "mean_steal_share": round(statistics.fmean(r[5] for r in rec.cpu), 3),
+            "max_steal_share_per_core_second": round(max(r[5] for r in rec.cpu), 3),
         }
     return out
 
@@ -236,8 +239,8 @@ def write_csvs(rec: Recording, out: Path) -> list[str]:
             [(round(t - t0, 3), f, c, ss, round(r, 2)) for t, f, c, ss, r in rec.cwnd_flows],
         ),
         "cpu.csv": (
-            ["t_s", "core", "busy", "softirq", "idle"],
-            [(round(t - t0, 3), c, round(b, 3), round(s, 3), round(i, 3)) for t, c, b, s, i in rec.cpu],
+            ["t_s", "core", "busy", "softirq", "idle", "steal"],
+            [(round(t - t0, 3), c, *(round(x, 3) for x in shares)) for t, c, *shares in rec.cpu],
         ),
     }
     make_dirs(out)

@@ -294,3 +294,18 @@ def test_the_twins_counts_take_the_kernels_names():
            "timeouts": 0, "recoveries": 2}]  # fmt: skip
     assert twin_counters(ivs) == {"out_segs": 12, "retrans_segs": 3, "timeouts": 1, "loss_probes": 0,
                                   "sack_recoveries": 3}  # fmt: skip
+
+
+def test_steal_is_its_own_share_and_part_of_busy():
+    """The hypervisor's steal counts as busy (the emulation's CPU did not get it) and is recorded apart."""
+    from collections import namedtuple
+
+    from bufsize.monitors.cpu import share_between
+
+    Times = namedtuple("Times", "user system idle iowait softirq steal")
+    share = share_between(Times(0, 0, 0, 0, 0, 0), Times(50, 10, 25, 5, 4, 6))
+    assert share.idle == pytest.approx(0.30) and share.busy == pytest.approx(0.70)
+    assert share.steal == pytest.approx(0.06) and share.softirq == pytest.approx(0.04)
+    assert share.to_dict() == {"busy": 0.7, "softirq": 0.04, "idle": 0.3, "steal": 0.06}
+    NoSteal = namedtuple("NoSteal", "user system idle")  # a kernel or platform without the field
+    assert share_between(NoSteal(0, 0, 0), NoSteal(1, 1, 2)).steal == 0.0
