@@ -260,7 +260,7 @@ def lateness(rows: list[dict]) -> dict:
 
 def cpu_idle_min(cpu: list, window: tuple[float, float]) -> float | None:
     by_t: dict[float, list[float]] = {}
-    for t, _core, _busy, _soft, idle in cpu:
+    for t, _core, _busy, _soft, idle, *_steal in cpu:  # (steal since 2026-11-28)
         if window[0] <= t <= window[1]:
             by_t.setdefault(t, []).append(idle)
     return min(statistics.fmean(v) for v in by_t.values()) if by_t else None
