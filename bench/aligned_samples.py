@@ -28,14 +28,7 @@ from pathlib import Path
 
 from sample_length_recut import recut, segments
 
-
-def episode_starts(t: list[float], drops: list[int], bin_s: float) -> list[int]:
-    """Index of the first drop of each episode (a bin with a drop after a bin without one)."""
-    first: dict[int, int] = {}
-    for i in range(1, len(t)):
-        if drops[i] > drops[i - 1]:
-            first.setdefault(int((t[i] - t[0]) / bin_s), i)
-    return [i for b, i in sorted(first.items()) if b - 1 not in first]
+from bufsize.longlived.dynamics import episode_starts
 
 
 def aligned(t: list[float], sent: list[int], starts: list[int], k: int, rate_bps: float) -> list[tuple[float, float]]:

@@ -93,6 +93,11 @@ def add_flows_arg(p: argparse.ArgumentParser) -> None:
 def add_tool_arg(p: argparse.ArgumentParser) -> None:
     """The long-lived flows' generator and how its senders send (commands that run those flows)."""
     p.add_argument("--tool", choices=("iperf", "iperf3"), default="iperf", help="traffic generator (default iperf 2.1)")
+    add_sender_pacing_arg(p)
+
+
+def add_sender_pacing_arg(p: argparse.ArgumentParser) -> None:
+    """How senders send (the emulated commands that run flows, and the twin's)."""
     p.add_argument(
         "--sender-pacing",
         choices=("on", "off"),

@@ -54,6 +54,15 @@ def _core_shares(a: list, b: list) -> list[tuple[float, float, float, float]]:
     return [(c.busy, c.softirq, c.idle, c.steal) for c in (share_between(x, y) for x, y in zip(a, b, strict=True))]
 
 
+def idle_per_second(cpu: list, t0: float = -math.inf, t1: float = math.inf) -> list[float]:
+    """The machine's idle share (mean over cores) in each second of `Recording.cpu` from t0 to t1."""
+    by_t: dict[float, list[float]] = {}
+    for t, _core, _busy, _soft, idle, _steal in cpu:
+        if t0 <= t <= t1:
+            by_t.setdefault(t, []).append(idle)
+    return [statistics.fmean(v) for v in by_t.values()]
+
+
 class Recorder(Monitor[Recording]):
     """The recorder thread of one run, on its bottleneck; cwnd of the flows whose server ports are given."""
 
@@ -207,10 +216,7 @@ def summary(rec: Recording) -> dict:
     if len(sums) > 1:
         out["cwnd"] |= {"sum_mean": round(statistics.fmean(sums), 1), "sum_sd": round(statistics.stdev(sums), 1)}
     if rec.cpu:
-        idle_by_second: dict[float, list[float]] = {}
-        for t, _core, _busy, _soft, idle, _steal in rec.cpu:
-            idle_by_second.setdefault(t, []).append(idle)
-        machine_idle = [statistics.fmean(v) for v in idle_by_second.values()]
+        machine_idle = idle_per_second(rec.cpu)
         out["cpu"] = {
             "seconds": len(machine_idle),
             "min_idle_share_per_second": round(min(machine_idle), 3),

@@ -49,6 +49,11 @@ def test_loss_episodes_are_rises_of_the_drop_count_after_a_quiet_bin():
     # Drops in every bin (51: the last tick opens one): one episode by gaps, but the count follows the bins.
     dense = loss_cycle(times, list(range(len(times))), bin_s=0.2)
     assert dense.episodes == 1 and dense.lossy_bins == 51 and dense.interval_s == pytest.approx(10 / 25.5)
+    # Where each episode starts (the aligned-samples bench cuts there): the first drop of each.
+    from bufsize.longlived.dynamics import episode_starts
+
+    assert [times[i] for i in episode_starts(times, drops, bin_s=0.2)] == [1.0, 4.0]
+    assert episode_starts(times, [0] * len(times), bin_s=0.2) == []
 
 
 def test_episode_interval_scales_the_model_to_what_the_trace_saw():

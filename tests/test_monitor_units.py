@@ -309,3 +309,16 @@ def test_steal_is_its_own_share_and_part_of_busy():
     assert share.to_dict() == {"busy": 0.7, "softirq": 0.04, "idle": 0.3, "steal": 0.06}
     NoSteal = namedtuple("NoSteal", "user system idle")  # a kernel or platform without the field
     assert share_between(NoSteal(0, 0, 0), NoSteal(1, 1, 2)).steal == 0.0
+
+
+def test_the_machines_idle_per_second_is_the_mean_over_cores_within_the_window():
+    """One reader of the recorder's per-core rows (t, core, busy, softirq, idle, steal) for the run
+    summary and the short-flow runs' CPU flag: a short-flow copy unpacking five values broke when
+    steal was added."""
+    from bufsize.monitors.recorder import idle_per_second
+
+    rows = [(1.0, 0, 0.6, 0.1, 0.4, 0.02), (1.0, 1, 1.0, 0.0, 0.0, 0.0),
+            (2.0, 0, 0.8, 0.1, 0.2, 0.05), (2.0, 1, 0.9, 0.0, 0.1, 0.0), (3.0, 0, 0.0, 0.0, 1.0, 0.0)]  # fmt: skip
+    assert idle_per_second(rows) == pytest.approx([0.2, 0.15, 1.0])
+    assert idle_per_second(rows, 1.5, 2.5) == pytest.approx([0.15])
+    assert idle_per_second(rows, 5.0, 6.0) == []

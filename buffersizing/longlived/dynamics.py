@@ -129,15 +129,28 @@ class LossCycle:
         )
 
 
+def lossy_bins(times: Sequence[float], drops: Sequence[int], bin_s: float) -> dict[int, int]:
+    """Each bin of `bin_s` from times[0] that holds a drop, and the index of its first drop."""
+    first: dict[int, int] = {}
+    for i in range(1, len(times)):
+        if drops[i] > drops[i - 1]:
+            first.setdefault(int((times[i] - times[0]) / bin_s), i)
+    return first
+
+
+def episode_starts(times: Sequence[float], drops: Sequence[int], bin_s: float) -> list[int]:
+    """The index of each episode's first drop: a lossy bin after a bin without a drop starts one."""
+    bins = lossy_bins(times, drops, bin_s)
+    return [i for b, i in sorted(bins.items()) if b - 1 not in bins]
+
+
 def loss_cycle(times: Sequence[float], drops: Sequence[int], bin_s: float) -> LossCycle:
     """Episodes in a trace of cumulative drops: a bin of `bin_s` (two RTTs: a flow's loss episode
     lasts about one) with a drop, after a bin without one, starts an episode."""
     if len(times) < 2:
         return LossCycle(0.0, 0, 0)
-    t0 = times[0]
-    bins = {int((times[i] - t0) / bin_s) for i in range(1, len(times)) if drops[i] > drops[i - 1]}
-    episodes = sum(1 for b in bins if b - 1 not in bins)
-    return LossCycle(times[-1] - t0, episodes, len(bins))
+    bins = lossy_bins(times, drops, bin_s)
+    return LossCycle(times[-1] - times[0], sum(1 for b in bins if b - 1 not in bins), len(bins))
 
 
 def episode_interval(

@@ -57,7 +57,7 @@ QUICK_PRECISION = 0.2
 # `--precision 0 --samples 5 --max-samples 20 --sample-length model --runs 5 --hosts 100`.
 FULL_PRECISION = 0.1
 FULL_RUNS = 3
-# The precision rule's settings as the full, theory, bbr and fig11 presets run them.
+# The precision rule's settings as the full, theory, bbr and fig11 presets run them (quick: coarser).
 PRECISE = {"samples": 3, "resolution": 0.05, "precision": FULL_PRECISION, "sample_length": "measured"}
 
 
@@ -72,8 +72,8 @@ def preset(name: str) -> dict:
         # flows lose a packet every ~6 s, and near the answer their samples read either ~100 % or
         # ~97 %), the other four 70-147 s; the full preset keeps it. Before: 11 and 14 minutes with
         # N = 2; three fixed samples a probe at 10 % resolution on model samples took 16-18.
-        return base | {"flows": QUICK_FLOWS, "runs": 1, "cc": hardware_cc(), "samples": 3, "resolution": 0.1,
-                       "precision": QUICK_PRECISION, "sample_length": "measured"}  # fmt: skip
+        return base | {"flows": QUICK_FLOWS, "runs": 1, "cc": hardware_cc(), **PRECISE, "resolution": 0.1,
+                       "precision": QUICK_PRECISION}  # fmt: skip
     if name == "full":
         # Before 2026-11-27 (results/full/2026-11-25/): 5 runs of the sign test on model samples.
         return base | {"flows": FULL_FLOWS, "runs": FULL_RUNS, "cc": hardware_cc(), **PRECISE}

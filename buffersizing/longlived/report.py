@@ -402,8 +402,8 @@ def make_report(
         shapers = "/".join(dict.fromkeys(r["config"]["shaper"] for r in results))  # auto may differ by N
         method = f"{shapers} + {first['delay_backend']}"
         c = first.get("config", {})
-        tcp = (c.get("loss_recovery", "linux"), c.get("delayed_ack", True), c.get("sender_pacing", False))
-        changes = tcp_changes(*tcp)
+        changes = tcp_changes(c.get("loss_recovery", "linux"), c.get("delayed_ack", True),
+                              c.get("sender_pacing", False))  # fmt: skip
         method += "".join(f", {t}" for t in changes)
     title = title or (
         f"Minimum buffer for {percent(first['target'])} utilization: {first['nominal_rate_mbps']:g} Mb/s, "

@@ -23,7 +23,7 @@ from bufsize.experiment import Experiment, Say, check_fidelity_s, line_lost
 from bufsize.longlived.dynamics import auto_timing
 from bufsize.longlived.measure import MIN_WARMUP_S
 from bufsize.longlived.traffic import MAX_FLOWS
-from bufsize.monitors.recorder import queue_stats
+from bufsize.monitors.recorder import idle_per_second, queue_stats
 from bufsize.shortflows.driver import ShortFlowRecords, ShortFlows
 from bufsize.shortflows.generator import COLUMNS
 from bufsize.shortflows.plots import plot_shortflows
@@ -259,11 +259,7 @@ def lateness(rows: list[dict]) -> dict:
 
 
 def cpu_idle_min(cpu: list, window: tuple[float, float]) -> float | None:
-    by_t: dict[float, list[float]] = {}
-    for t, _core, _busy, _soft, idle, *_steal in cpu:  # (steal since 2026-11-28)
-        if window[0] <= t <= window[1]:
-            by_t.setdefault(t, []).append(idle)
-    return min(statistics.fmean(v) for v in by_t.values()) if by_t else None
+    return min(idle_per_second(cpu, *window), default=None)
 
 
 def summarize(

@@ -17,7 +17,7 @@ from pathlib import Path
 from bufsize.commands import quiet_if, result_dir
 from bufsize.longlived.search import CALIBRATION_BDPS, SearchOptions, default_samples
 from bufsize.monitors.tcpstats import recovery_shares, twin_counters
-from bufsize.options import add_result_args, add_search_args, parse_flow_list
+from bufsize.options import add_result_args, add_search_args, add_sender_pacing_arg, parse_flow_list
 from bufsize.resultdir import check_out_dir, write_json_atomic
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import parse_rtts
@@ -67,8 +67,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_sim_link_args(m, "sender hosts (default: one per flow up to 400)")
     m.add_argument("--seed", type=int, default=1, help="the simulation's seed (default 1)")
     m.add_argument("--buffer-packets", type=int, required=True, help="bottleneck buffer in packets")
-    # search and sweep have it from add_search_args (the emulated commands' own help)
-    m.add_argument("--sender-pacing", choices=("on", "off"), default="off", help="each flow paced by its TCP")
+    add_sender_pacing_arg(m)  # search and sweep have it from add_search_args
     m.add_argument("--duration", type=float, default=60.0, help="simulated seconds measured (default 60)")
     m.add_argument("--settle-s", type=float, default=10.0, help="simulated seconds before measuring (default 10)")
     m.add_argument("--sample-s", type=float, default=1.0, help="length of each utilization sample (default 1)")
