@@ -34,7 +34,7 @@ _RTA = struct.Struct("=HH")
 # struct tcp_info (linux/tcp.h): tcpi_snd_cwnd is the 19th u32, after 8 bytes of u8 fields;
 # then 24 u32 in all; then the u64s pacing_rate, max_pacing_rate (bytes/s; ~0: no cap set) and
 # bytes_acked (since Linux 4.1).
-_CWND_AT, _PACING_AT, _MAX_PACING_AT, _BYTES_ACKED_AT = 8 + 4 * 18, 104, 112, 120
+_CWND_AT, _PACING_AT, _BYTES_ACKED_AT = 8 + 4 * 18, 104, 120  # max_pacing_rate sits between (112)
 
 
 @dataclass(frozen=True)
