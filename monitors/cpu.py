@@ -10,6 +10,15 @@ from bufsize.monitors.base import Monitor
 
 # Below this idle share of all cores, timers and softirqs of the emulation may run late: flag the run.
 MIN_IDLE = 0.10
+# From this share of all cores' time stolen by the hypervisor, probes at N >= 200 read 2-5 points low
+# on this 2-core VM (bench/results/steal-episodes.md): the search's progress line says so.
+NOTE_STEAL = 0.02
+
+
+def steal_note(cpu: dict) -> str:
+    """', hypervisor steal 5.1%' for a measurement's CPU shares (CpuShare.to_dict) past NOTE_STEAL."""
+    steal = cpu.get("steal", 0.0)
+    return f", hypervisor steal {steal:.1%}" if steal >= NOTE_STEAL else ""
 
 
 @dataclass(frozen=True)

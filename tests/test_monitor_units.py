@@ -311,6 +311,16 @@ def test_steal_is_its_own_share_and_part_of_busy():
     assert share_between(NoSteal(0, 0, 0), NoSteal(1, 1, 2)).steal == 0.0
 
 
+def test_a_probe_names_the_hypervisors_steal_only_from_the_threshold():
+    """The progress line's steal note: absent below NOTE_STEAL and in results recorded before steal was."""
+    from bufsize.monitors.cpu import NOTE_STEAL, steal_note
+
+    assert steal_note({"busy": 0.8, "steal": NOTE_STEAL / 2}) == ""
+    assert steal_note({"busy": 0.8}) == ""
+    assert steal_note({"busy": 0.8, "steal": 0.051}) == ", hypervisor steal 5.1%"
+    assert steal_note({"steal": NOTE_STEAL}) != ""
+
+
 def test_the_machines_idle_per_second_is_the_mean_over_cores_within_the_window():
     """One reader of the recorder's per-core rows (t, core, busy, softirq, idle, steal) for the run
     summary and the short-flow runs' CPU flag: a short-flow copy unpacking five values broke when

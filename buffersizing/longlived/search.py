@@ -34,7 +34,7 @@ from bufsize.longlived.dynamics import (
 )
 from bufsize.longlived.median_search import MedianSearch, Probe, SearchResult
 from bufsize.longlived.traffic import LongFlows, split_flows
-from bufsize.monitors.cpu import CpuMonitor
+from bufsize.monitors.cpu import CpuMonitor, steal_note
 from bufsize.monitors.rate import sample_rates
 from bufsize.monitors.recorder import queue_stats, window
 from bufsize.monitors.tcpstats import counter_delta, read_counters, recovery_shares
@@ -508,9 +508,10 @@ def run_search(
                 backlog = f", queue mean {q['mean_packets']:.0f} max {q['max_packets']}" if q.get("samples") else ""
                 c = search.crossing() if search and opts.precision else None
                 where = f"; crossing {c.packets:.1f} ({c.low:.1f}..{c.high:.1f})" if c else ""
+                stolen = steal_note(prober.measurements[-1].cpu) if prober.measurements else ""
                 say(
                     f"  probe {len(search.probes) if search else 0:2d}: {p.buffer_packets:5d} packets -> median "
-                    f"{p.median:.2%} {verdict}{extra}{backlog} [{len(p.samples)} samples, "
+                    f"{p.median:.2%} {verdict}{extra}{backlog}{stolen} [{len(p.samples)} samples, "
                     f"{time.monotonic() - ex.t_wall:.0f} s{where}]"
                 )
 
