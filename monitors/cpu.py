@@ -10,8 +10,9 @@ from bufsize.monitors.base import Monitor
 
 # Below this idle share of all cores, timers and softirqs of the emulation may run late: flag the run.
 MIN_IDLE = 0.10
-# From this share of all cores' time stolen by the hypervisor, probes at N >= 200 read 2-5 points low
-# on this 2-core VM (bench/results/steal-episodes.md): the search's progress line says so.
+# From this share of all cores' time stolen by the hypervisor came the probes at N >= 200 that read
+# lowest on this 2-core VM (a correlation; taking CPU ourselves did not reproduce it:
+# bench/results/steal-episodes.md): the search's progress line names it, so a user sees it.
 NOTE_STEAL = 0.02
 
 
