@@ -27,20 +27,14 @@ from collections import defaultdict
 from pathlib import Path
 
 from line_stalls import stretches
+from sample_length_recut import segments
 
-FRAME_BYTES = 1514
 STEAL_HIGH = 0.02  # a sample counts as stolen from above this share of a core
 
 
 def limit_starts(queue_csv: Path) -> list[tuple[float, int]]:
     """(monitor time, packets) where the buffer limit changes in the queue trace."""
-    out: list[tuple[float, int]] = []
-    with queue_csv.open() as f:
-        for r in csv.DictReader(f):
-            b = int(r["limit_bytes"]) // FRAME_BYTES
-            if not out or out[-1][1] != b:
-                out.append((float(r["t_s"]), b))
-    return out
+    return [(t[0], b) for b, t, _, _ in segments(queue_csv)]
 
 
 def clock_offset(samples: list[dict], starts: list[tuple[float, int]]) -> float | None:
