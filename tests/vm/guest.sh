@@ -10,9 +10,11 @@ shift 3
 echo "guest: up: kernel $(uname -r), $(nproc) CPUs, accel $accel"
 cd "$repo" || exit 1
 # BSZ_VM_GUEST=1 lets tests/test_netem_vm.py run (and makes a missing netem a failure, not a skip).
-# The repo is read-only here: no bytecode, no .pytest_cache.
+# The repo is read-only here: no bytecode, no .pytest_cache. faulthandler_timeout: a test still
+# running after 240 s (a whole guest run takes 300-500 s) prints every thread's stack, so a stall
+# under the stage's limit says where it waits instead of only that it did.
 export BSZ_VM_GUEST=1 BSZ_VM_OVS="$ovs" BSZ_VM_ACCEL="$accel" PYTHONDONTWRITEBYTECODE=1
-.venv/bin/python -m pytest -m vm -q -ra -p no:cacheprovider tests/test_netem_vm.py tests/test_mininet_vm.py "$@"
+.venv/bin/python -m pytest -m vm -q -ra -p no:cacheprovider -o faulthandler_timeout=240 tests/test_netem_vm.py tests/test_mininet_vm.py "$@"
 rc=$?
 echo "guest: pytest exit $rc"
 exit $rc
