@@ -204,6 +204,28 @@ def test_a_sweep_made_before_the_pin_resumes_and_another_shaper_is_refused(tmp_p
     check_same_shaper(mixed, "line", allow_mixed=True)
 
 
+def test_a_sweep_resumed_with_more_runs_keeps_its_runs_and_records_the_change(tmp_path):
+    """A larger --runs is the same sweep with more runs a point: resumed, and the manifest then holds
+    the new count and when it changed. Fewer runs, or more runs with anything else changed, is refused."""
+    import json
+
+    from bufsize.longlived.sweep import existing_manifest, make_spec, open_sweep
+
+    one = make_spec(None, [2, 10], {"runs": 1, "shaper": "line"}, {})
+    (tmp_path / "manifest.json").write_text(json.dumps({"spec": one.to_dict(), "machine": {"shaper": "line"}}))
+    three = make_spec(None, [2, 10], {"runs": 3, "shaper": "line"}, {})
+    with pytest.raises(UsageError, match=r"different settings \(cc, runs\)"):
+        existing_manifest(tmp_path, make_spec(None, [2, 10], {"runs": 3, "shaper": "line", "cc": "cubic"}, {}))
+    open_sweep(tmp_path, three, "delayline")
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["spec"] == three.to_dict() and manifest["machine"] == {"shaper": "line"}
+    assert [(a["from"], a["to"]) for a in manifest["runs_added"]] == [(1, 3)]
+    open_sweep(tmp_path, three, "delayline")  # resumed again with the same count: nothing added
+    assert len(json.loads((tmp_path / "manifest.json").read_text())["runs_added"]) == 1
+    with pytest.raises(UsageError, match=r"different settings \(runs\)"):
+        existing_manifest(tmp_path, one)
+
+
 def test_a_sweep_made_before_precision_existed_resumes_but_not_with_precision_asked(tmp_path):
     """Sweeps committed before --precision and --sample-length have none of these in their search
     options: they ran the sign test (what precision 0 means) on the model's sample lengths, so the

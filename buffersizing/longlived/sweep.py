@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bufsize.longlived.dynamics import estimate_search_seconds
@@ -252,7 +253,8 @@ def sweep_shapers(spec: SweepSpec, backend: str) -> str:
 
 def existing_manifest(out: Path, spec: SweepSpec) -> dict | None:
     """The manifest of a sweep already in `out` (None if there is none), refused unless the same
-    settings made it (bufsize sweep and bufsize remote resume only their own sweep)."""
+    settings made it (bufsize sweep and bufsize remote resume only their own sweep). The one change let
+    through is a larger --runs: the same sweep with more runs a point, whose finished runs stay valid."""
     path = out / "manifest.json"
     if not path.exists():
         return None
@@ -272,8 +274,10 @@ def existing_manifest(out: Path, spec: SweepSpec) -> dict | None:
         # Samples were the model's cycle long before --sample-length existed.
         made_before = SEARCH_DEFAULTS | {"sample_length": "model"}
         old["search"] = {k: v for k, v in made_before.items() if k not in old["search"]} | old["search"]
-    if old != spec.to_dict():
-        now = spec.to_dict()
+    now = spec.to_dict()
+    if old | {"runs": now["runs"]} == now and isinstance(old.get("runs"), int) and old["runs"] < now["runs"]:
+        return manifest  # more runs of the same sweep: its finished runs stay valid, open_sweep records it
+    if old != now:
         diff = sorted(k for k in set(old) | set(now) if old.get(k) != now.get(k))
         search = old.get("search") if isinstance(old.get("search"), dict) else {}
         detail = [f"{k} was {search.get(k)!r}, now {v!r}" for k, v in now["search"].items() if search.get(k) != v]
@@ -304,6 +308,11 @@ def open_sweep(out: Path, spec: SweepSpec, backend: str, allow_mixed_shapers: bo
     manifest = existing_manifest(out, spec)
     if manifest is not None:
         check_same_shaper(manifest, sweep_shapers(spec, backend), allow_mixed_shapers)
+        before = manifest["spec"].get("runs")
+        if before != spec.runs:  # existing_manifest let only more runs through
+            now = datetime.now(UTC).isoformat(timespec="seconds")
+            added = [*manifest.get("runs_added", []), {"from": before, "to": spec.runs, "at": now}]
+            write_json_atomic(path, manifest | {"spec": spec.to_dict(), "runs_added": added})
         return
     machine = machine_manifest(backend, spec.cc, sweep_shapers(spec, backend))
     write_json_atomic(path, {"spec": spec.to_dict(), "machine": machine})
