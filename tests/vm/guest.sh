@@ -5,6 +5,7 @@
 # Prints "guest: up" first (the stage's boot timeout ends there) and "guest: pytest exit N" last
 # (the stage takes the result from that line, not only from the VM's exit status).
 set -u
+exec 2>&1 # the stage keeps only the guest's stdout (guest.out): errors and stack dumps must land there
 repo=$1 ovs=$2 accel=$3
 shift 3
 echo "guest: up: kernel $(uname -r), $(nproc) CPUs, accel $accel"
