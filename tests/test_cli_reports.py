@@ -43,7 +43,10 @@ def test_sweep_dry_run_skips_finished_points_and_refuses_another_sweeps_director
     done = [p for p in plan["points"] if p["finished"]]
     assert [(p["flows"], p["run"]) for p in done] == [(10, 1)] and plan["pending_points"] == 3
     assert plan["estimate_s"] == sum(p["estimate_s"] for p in plan["points"] if not p["finished"])
-    other = bufsize("sweep", "--preset", "quick", "--runs", "2", "--out", str(out), "--dry-run")
+    more = bufsize("sweep", "--preset", "quick", "--runs", "2", "--out", str(out), "--dry-run", "--json")
+    assert more.returncode == 0, more.stderr  # more runs of the same sweep: planned on top of the finished one
+    assert json.loads(more.stdout)["pending_points"] == 7
+    other = bufsize("sweep", "--preset", "quick", "--rate-mbps", "100", "--out", str(out), "--dry-run")
     assert other.returncode == 2 and "different settings" in other.stderr
 
 
