@@ -224,6 +224,13 @@ def test_a_sweep_resumed_with_more_runs_keeps_its_runs_and_records_the_change(tm
     assert len(json.loads((tmp_path / "manifest.json").read_text())["runs_added"]) == 1
     with pytest.raises(UsageError, match=r"different settings \(runs\)"):
         existing_manifest(tmp_path, one)
+    # `bufsize remote` writes its merged manifest through the same record.
+    from bufsize.remote.plan import merged_manifest
+
+    merged = merged_manifest({"spec": one.to_dict(), "machine": {"shaper": "line"}}, three, "abc", {})
+    assert merged["spec"] == three.to_dict() and [(a["from"], a["to"]) for a in merged["runs_added"]] == [(1, 3)]
+    assert "runs_added" not in merged_manifest(None, three, "abc", {})
+    assert merged_manifest(merged, three, "abc", {})["runs_added"] == merged["runs_added"]
 
 
 def test_a_sweep_made_before_precision_existed_resumes_but_not_with_precision_asked(tmp_path):

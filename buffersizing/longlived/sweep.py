@@ -289,6 +289,16 @@ def existing_manifest(out: Path, spec: SweepSpec) -> dict | None:
     return manifest
 
 
+def grown_manifest(manifest: dict, spec: SweepSpec) -> dict:
+    """`manifest` with `spec`'s settings, and a `runs_added` entry where `spec` has more runs a point
+    (the one change existing_manifest lets through); local and remote sweeps both record it here."""
+    before = (manifest.get("spec") or {}).get("runs")
+    added = list(manifest.get("runs_added") or [])
+    if isinstance(before, int) and before < spec.runs:
+        added.append({"from": before, "to": spec.runs, "at": datetime.now(UTC).isoformat(timespec="seconds")})
+    return manifest | {"spec": spec.to_dict()} | ({"runs_added": added} if added else {})
+
+
 def check_same_shaper(manifest: dict, now: str, allow_mixed: bool) -> None:
     """Refuse to resume a sweep whose finished points used another shaper than this run would."""
     machine = manifest.get("machine")
@@ -308,11 +318,8 @@ def open_sweep(out: Path, spec: SweepSpec, backend: str, allow_mixed_shapers: bo
     manifest = existing_manifest(out, spec)
     if manifest is not None:
         check_same_shaper(manifest, sweep_shapers(spec, backend), allow_mixed_shapers)
-        before = manifest["spec"].get("runs")
-        if before != spec.runs:  # existing_manifest let only more runs through
-            now = datetime.now(UTC).isoformat(timespec="seconds")
-            added = [*manifest.get("runs_added", []), {"from": before, "to": spec.runs, "at": now}]
-            write_json_atomic(path, manifest | {"spec": spec.to_dict(), "runs_added": added})
+        if manifest["spec"].get("runs") != spec.runs:  # existing_manifest let only more runs through
+            write_json_atomic(path, grown_manifest(manifest, spec))
         return
     machine = machine_manifest(backend, spec.cc, sweep_shapers(spec, backend))
     write_json_atomic(path, {"spec": spec.to_dict(), "machine": machine})

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bufsize.longlived.sweep import SweepSpec, finished, point_dir
+from bufsize.longlived.sweep import SweepSpec, finished, grown_manifest, point_dir
 from bufsize.resultdir import read_finished, write_json_atomic
 from bufsize.topologies.errors import UsageError
 
@@ -308,7 +308,9 @@ def merged_manifest(old: dict | None, spec: SweepSpec, commit: str, by_machine: 
         entry["points"] = sorted(set(entry["points"]) | set(info.get("points", [])))
     first = next((e["machine"] for e in machines.values() if e["machine"] is not None), None)
     machine = (old or {}).get("machine") or first
-    return {"spec": spec.to_dict(), "machine": machine, "remote": {"commit": commit, "machines": machines}}
+    base = grown_manifest(old, spec) if old else {"spec": spec.to_dict()}  # keeps a record of added runs
+    kept = {k: base[k] for k in ("spec", "runs_added") if k in base}
+    return kept | {"machine": machine, "remote": {"commit": commit, "machines": machines}}
 
 
 def write_manifest(out: Path, manifest: dict) -> None:
