@@ -115,7 +115,7 @@ def report(rows: list[dict]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--flows", default="100,10")
-    ap.add_argument("--cc", default="cubic")
+    ap.add_argument("--cc", default="cubic", help="comma-separated; each run takes every cc in turn")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--out", default="bench/results/search-rule-ab.jsonl")
     ap.add_argument("--rules", default="sign-test,precision", help=f"comma-separated, from {', '.join(RULES)}")
@@ -133,16 +133,19 @@ def main() -> int:
     names = a.rules.split(",")
     if unknown := set(names) - set(RULES):
         sys.exit(f"--rules: unknown {', '.join(sorted(unknown))}")
+    # Run by run, so a sitting stopped early still holds every (N, cc) at the same number of runs.
     for run in range(1, a.runs + 1):
         for n in map(int, a.flows.split(",")):
-            for rule in names if run % 2 else names[::-1]:
-                if (n, a.cc, rule, run) in seen:
-                    continue
-                row = {"run": run, "flows": n, "cc": a.cc, "rule_name": rule, "code": a.code,
-                       **search_run(n, a.cc, rule)}  # fmt: skip
-                with path.open("a") as fh:
-                    fh.write(json.dumps(row) + "\n")
-                print(json.dumps(row), flush=True)
+            for cc in a.cc.split(","):
+                for rule in names if run % 2 else names[::-1]:
+                    if (n, cc, rule, run) in seen:
+                        continue
+                    row = {"run": run, "flows": n, "cc": cc, "rule_name": rule, "code": a.code,
+                           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                           **search_run(n, cc, rule)}  # fmt: skip
+                    with path.open("a") as fh:
+                        fh.write(json.dumps(row) + "\n")
+                    print(json.dumps(row), flush=True)
     return 0
 
 
