@@ -61,7 +61,15 @@ def search_run(flows: int, cc: str, rule: str) -> dict:
         "loss_episodes": d.get("loss_episodes"), "sample_s": sorted({m["sample_s"] for m in d["measurements"]}),
         "commit": d["manifest"]["project_commit"], "loadavg": os.getloadavg()[0],
         "failed_flags": sorted(k for k, v in d["flags"].items() if v is False), "first_guess": d.get("first_guess"),
+        # The machine's state during the search: the many-flow answers move with it (findings.md).
+        **cpu_medians(d.get("cpu") or {}),
     }  # fmt: skip
+
+
+def cpu_medians(cpu: dict) -> dict:
+    per = cpu.get("per_measurement") or []
+    return {f"{k}_median": round(statistics.median(m[k] for m in per), 3) for k in ("busy", "steal")
+            if per and all(k in m for m in per)}  # fmt: skip
 
 
 def med_range(xs: list[float], fmt: str = "{:.0f}") -> str:
@@ -86,8 +94,8 @@ def sampling_floor_s(row: dict, precision: float = 0.1, level: float = 0.9) -> f
 def report(rows: list[dict]) -> str:
     lines = [
         "| N | cc | rule | code | runs | answer (packets) | CV | wall per search (s) | sampling floor (s) | samples | "
-        "settles | valid |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "settles | valid | CPU busy | steal |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     # Rows of one rule under different --code labels are kept apart: the options stay, the code moves.
     commits = list(dict.fromkeys(r.get("code", "") for r in rows))
@@ -104,7 +112,9 @@ def report(rows: list[dict]) -> str:
                 f"{med_range([r['wall_s'] for r in rs])} | "
                 f"{med_range([f for r in rs if (f := sampling_floor_s(r, PRECISION.get(rule, 0.1))) is not None])} | "
                 f"{med_range([r['samples'] for r in rs])} | "
-                f"{med_range([r['settles'] for r in rs])} | {sum(r['valid'] for r in rs)}/{len(rs)} |"
+                f"{med_range([r['settles'] for r in rs])} | {sum(r['valid'] for r in rs)}/{len(rs)} | "
+                f"{med_range([r['busy_median'] for r in rs if 'busy_median' in r], '{:.2f}')} | "
+                f"{med_range([r['steal_median'] for r in rs if 'steal_median' in r], '{:.3f}')} |"
             )
     errors = [r for r in rows if "error" in r]
     if errors:
