@@ -16,17 +16,21 @@ lint:
 unit:
 	$(PY) -m pytest -m "not integration" -q
 
-# The fast tier for development: every test that needs neither root nor a namespace, with one in ten
-# of the generated bad-input cases, on every core (pytest-xdist); under 2 minutes on 2 cores
-# (docs/development.md has the measured times). The README's test command stays the full suite.
+# The fast tier for development: every test that needs neither root nor a namespace and is not slow
+# (fuzzing, simulations), with one in ten of the generated bad-input cases, on every core
+# (pytest-xdist); docs/development.md has the measured times. The README's test command stays the full suite.
 fast:
-	$(PY) -m pytest -m "not root and not vm" --matrix-sample 10 -n auto -q -p no:cacheprovider
+	$(PY) -m pytest -m "not root and not vm and not slow" --matrix-sample 10 -n auto -q -p no:cacheprovider
 
-# The host suite, then the VM stage (tests/vm/stage.sh): the netem and OVS tests (marker vm) on
-# Debian's stock kernel in a VM. The stage prints "SKIP: <reason>" and passes where it cannot run.
-# --durations: the 25 slowest tests, so a run (and CI's log) shows where the suite's time goes.
+# The host suite in two tiers, then the VM stage (tests/vm/stage.sh): the netem and OVS tests (marker
+# vm) on Debian's stock kernel in a VM. The stage prints "SKIP: <reason>" and passes where it cannot run.
+# The tests that need neither root nor a namespace run on every core (as `fast`, with the slow ones and
+# the whole bad-input matrix); the root tier runs one test at a time, because its tests judge real links on
+# this machine's cores and must not share them with each other.
+# --durations: the slowest tests, so a run (and CI's log) shows where the suite's time goes.
 test: helpers lint
-	$(PY) -m pytest -m "not vm" -q -ra --durations=25
+	$(PY) -m pytest -m "not root and not vm" -n auto -q -ra --durations=10 -p no:cacheprovider
+	$(PY) -m pytest -m "root and not vm" -q -ra --durations=25
 	tests/vm/stage.sh
 
 vm-test: helpers

@@ -23,7 +23,8 @@ FUZZ_SECONDS = 45
 # call's FILE behind, as the delay line would have exited there (fuzz_parsers.c).
 ENV = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0"}
 
-pytestmark = pytest.mark.integration
+# No root and no namespace: it runs beside the other such tests on every core (make test), not in make fast.
+pytestmark = pytest.mark.slow
 
 
 def ipv4_frame(src: str, dst: str, vlans: int = 0) -> bytes:

@@ -119,6 +119,7 @@ def test_the_twin_offers_the_emulated_generators_workload():
     assert cycles != user_cycles(cl, 1)
 
 
+@pytest.mark.slow  # tens of seconds of simulation: make test, not make fast
 def test_sim_loss_experiment_runs_resumes_and_compares(tmp_path):
     """The loss experiment's open-loop workload at two buffers: loss falls with the buffer, the
     emulated report's table is written, a re-run skips finished points, and --beside refuses a
@@ -178,6 +179,7 @@ def test_twin_tcp_options_refused():
         SimDumbbell(SimConfig(2, RATE, [RTT] * 2, "reno", rto="bsd"), 2, 10)
 
 
+@pytest.mark.slow  # tens of seconds of simulation: make test, not make fast
 def test_sim_mix_experiment_runs_with_its_own_initial_window(tmp_path):
     """Seed 000 Figs 13-14 at n = 10 on the twin: both buffers measured, the 14-packet flows'
     completion times reported per size, the series' initial window (2) in the manifest, and the

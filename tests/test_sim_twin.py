@@ -83,6 +83,7 @@ def test_same_seed_same_search_and_another_seed_another_run():
     assert a["manifest"]["simulator"] == "ns-3" and a["manifest"]["seed"] == 1 and c["manifest"]["seed"] == 2
 
 
+@pytest.mark.slow  # tens of seconds of simulation: make test, not make fast
 def test_seeds_spread_like_the_emulation_and_answer_near_the_model():
     """Five seeds: every search valid and converged, the answers' CV within the emulation's committed
     range doubled (0-12 %; a 4-packet answer moves 25 % a packet), and the median within a factor 2
@@ -151,6 +152,7 @@ def test_config_refused_before_a_process_starts(cfg, flows, needle):
         SimDumbbell(cfg, flows, 10)
 
 
+@pytest.mark.slow  # tens of seconds of simulation: make test, not make fast
 def test_sim_sweep_command_writes_resumes_and_plots(tmp_path):
     out = tmp_path / "sweep"
     args = [BUFSIZE, "sim", "sweep", "--flows", "10,20", "--seeds", "2", "--rate-mbps", "10", "--rtt-ms", "20",

@@ -15,7 +15,7 @@ cd "$repo" || exit 1
 # running after 240 s (a whole guest run takes 300-500 s) prints every thread's stack, so a stall
 # under the stage's limit says where it waits instead of only that it did.
 export BSZ_VM_GUEST=1 BSZ_VM_OVS="$ovs" BSZ_VM_ACCEL="$accel" PYTHONDONTWRITEBYTECODE=1
-.venv/bin/python -m pytest -m vm -q -ra -p no:cacheprovider -o faulthandler_timeout=240 tests/test_netem_vm.py tests/test_mininet_vm.py "$@"
+.venv/bin/python -m pytest -m vm -q -ra -p no:cacheprovider -o faulthandler_timeout=240 --durations=10 tests/test_netem_vm.py tests/test_mininet_vm.py "$@"
 rc=$?
 echo "guest: pytest exit $rc"
 exit $rc
