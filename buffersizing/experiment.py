@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
+from bufsize.cautions import cautions
 from bufsize.longlived.traffic import FlowStart, LongFlows
 from bufsize.manifest import machine_manifest
 from bufsize.monitors.cpu import MIN_IDLE
@@ -322,6 +323,7 @@ class Experiment:
                 **fields,
                 "valid": all(v is not False for v in flags.values()),
                 "flags": flags,
+                "cautions": cautions(self.monitors_summary()),
                 "wall_seconds": round(time.monotonic() - self.t_wall, 1),
                 "delay_backend": self.backend,
                 "shaper_choice": self.shaper_choice,

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from bufsize.cautions import describe as describe_cautions
 from bufsize.experiment import MAX_WAIT_S, MIN_SAMPLE_S, Experiment, Say, check_fidelity_s
 from bufsize.longlived.dynamics import auto_timing
 from bufsize.longlived.traffic import LongFlows, split_flows
@@ -219,4 +220,6 @@ def format_measure(result: dict, out: Path | None) -> str:
         f"loss {result['loss_rate']:.3%}, queue mean {q.get('mean_packets')} p99 {q.get('p99_packets')} "
         f"max {q.get('max_packets')} packets" + ("" if result["valid"] else f"; FLAGGED: {flagged}")
     )
+    if result.get("cautions"):  # results written before 2026-11-29 have none
+        text += f"\n{describe_cautions(result['cautions'])}"
     return text + (f"\nresult, monitor data and plots written to {out}/" if out is not None else "")

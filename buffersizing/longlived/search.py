@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
+from bufsize.cautions import describe as describe_cautions
 from bufsize.experiment import MAX_WAIT_S, MIN_SAMPLE_S, Experiment, Say, check_fidelity_s
 from bufsize.longlived.dynamics import (
     EPISODES_PER_SAMPLE,
@@ -562,4 +563,6 @@ def run_search(
         f"{'valid' if result['valid'] else 'FLAGGED: ' + ', '.join(k for k, v in flags.items() if v is False)}; "
         f"{result['wall_seconds']:.0f} s"
     )
+    if result["cautions"]:
+        say(f"  {describe_cautions(result['cautions'])}")
     return result

@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from bufsize.cautions import describe as describe_cautions
 from bufsize.experiment import Experiment, Say, check_fidelity_s, line_lost
 from bufsize.longlived.dynamics import auto_timing
 from bufsize.longlived.measure import MIN_WARMUP_S
@@ -374,6 +375,8 @@ def format_shortflows(result: dict, out: Path | None) -> str:
         )
     if not result["valid"]:
         lines.append("  FLAGGED: " + ", ".join(k for k, v in result["flags"].items() if v is False))
+    if result.get("cautions"):
+        lines.append("  " + describe_cautions(result["cautions"]))
     if out is not None:
         lines.append(f"result, transfers.csv, monitor data and plots written to {out}/")
     return "\n".join(lines)
