@@ -278,10 +278,10 @@ class Experiment:
     def monitors_summary(self) -> dict:
         return summary(self.recording) if self.recording else {"error": "queue monitor could not start"}
 
-    def flags(self, reference_mbps: float | None, cpu_idle_min: float | None) -> dict[str, bool | None]:
-        """The validity checks every experiment makes; None where a check could not be made."""
+    def flags(self, reference_mbps: float | None, cpu_idle_min: float | None, monitors: dict) -> dict[str, bool | None]:
+        """The validity checks every experiment makes (`monitors`: monitors_summary()); None where a
+        check could not be made."""
         assert self.drops is not None
-        monitors = self.monitors_summary()
         queue_hz = monitors.get("queue", {}).get("rate_hz")
         fid = self.fidelity
         return {
@@ -312,7 +312,8 @@ class Experiment:
         A signal that came during the teardown or while this ran is delivered once the result is saved."""
         with self._signals_after():
             assert self.drops is not None
-            flags = own_flags | self.flags(reference_mbps, cpu_idle_min)
+            monitors = self.monitors_summary()  # once: the flags, the cautions and the result read it
+            flags = own_flags | self.flags(reference_mbps, cpu_idle_min, monitors)
             result = {
                 "kind": self.kind,
                 "flows": self.started.flows if self.started else 0,
@@ -323,7 +324,7 @@ class Experiment:
                 **fields,
                 "valid": all(v is not False for v in flags.values()),
                 "flags": flags,
-                "cautions": cautions(self.monitors_summary()),
+                "cautions": cautions(monitors),
                 "wall_seconds": round(time.monotonic() - self.t_wall, 1),
                 "delay_backend": self.backend,
                 "shaper_choice": self.shaper_choice,
@@ -334,7 +335,7 @@ class Experiment:
                 ),
                 "fidelity": self.fidelity,
                 "drops": self.drops.to_dict(),
-                "monitors": self.monitors_summary(),
+                "monitors": monitors,
                 "leftovers_of_dead_runs": self.leftovers,
                 "other_runs_live": self.other_runs_live,
                 # A signal that arrived after the measurement: the result is whole, the run then stopped.
