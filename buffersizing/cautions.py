@@ -42,3 +42,31 @@ def describe(found: list[dict]) -> str:
         f"which answers have moved; repeat on a quieter machine ({FINDINGS})"
         for c in found
     )
+
+
+def table_note(names: list[str] | None = None) -> str:
+    """The sentence under a table some of whose runs carry a caution; `names` lists them where the
+    table's rows do not say (short-flow tables: one row may draw on several runs)."""
+    which = f" ({', '.join(names)})" if names else ""
+    return (
+        f"Cautioned runs{which} are valid, but the hypervisor took over {MAX_STEAL_SHARE:.0%} of the CPUs while "
+        f"they ran, a state in which answers have moved while every check passed: see each result's `cautions` "
+        f"({FINDINGS})."
+    )
+
+
+def steal_report(steal: dict) -> str:
+    """`bufsize doctor`'s line on the hypervisor's steal (under_load, load_s and since_boot shares), and a
+    caution where either is past the limit a result would be cautioned at: the machine's state before
+    a run, where results say it after."""
+    line = (
+        f"hypervisor steal:     {steal['under_load']:.1%} of the CPUs with every core waking 2000 times a second "
+        f"for {steal['load_s']:g} s, "
+        f"{steal['since_boot']:.1%} of busy time since boot"
+    )
+    if max(steal["under_load"], steal["since_boot"]) > MAX_STEAL_SHARE:
+        line += (
+            f"\nCAUTION: over {MAX_STEAL_SHARE:.0%}: answers have moved on a machine in this state while every "
+            f"check passed; a run that sees as much carries a caution ({FINDINGS})"
+        )
+    return line

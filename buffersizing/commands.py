@@ -36,15 +36,23 @@ def quiet_if(flag: bool) -> Say | None:
 
 
 def cmd_doctor(a: argparse.Namespace) -> int:
+    from bufsize.cautions import steal_report
     from bufsize.longlived.presets import format_preset_methods, preset_methods
+    from bufsize.monitors.cpu import steal_since_boot, steal_under_wakeups
     from bufsize.topologies.machine import format_report, probe
 
     caps = probe()
     methods = preset_methods(caps.qdiscs, caps.delayline_built)
+    # Sampled here, not in probe(): two seconds of load on every core are the doctor's to spend, not every run's.
+    steal = {
+        "under_load": round(steal_under_wakeups(2.0).steal, 4),
+        "load_s": 2.0,
+        "since_boot": round(steal_since_boot(), 4),
+    }
     if a.json:
-        print(json.dumps(caps.to_dict() | {"presets": methods}, indent=1))
+        print(json.dumps(caps.to_dict() | {"presets": methods, "steal": steal}, indent=1))
     else:
-        print(format_report(caps) + "\n" + format_preset_methods(methods))
+        print(format_report(caps, steal_report(steal).splitlines()) + "\n" + format_preset_methods(methods))
     return 0 if not caps.problems else 1
 
 

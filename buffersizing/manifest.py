@@ -13,7 +13,14 @@ from pathlib import Path
 
 from bufsize.topologies.description import OFFLOADS_OFF
 from bufsize.topologies.errors import RunError
-from bufsize.topologies.machine import available_congestion_controls, kernel_has_module, tool_version
+from bufsize.topologies.machine import (
+    available_congestion_controls,
+    clocksource,
+    cpu_model,
+    kernel_has_module,
+    kernel_hz,
+    tool_version,
+)
 from bufsize.topologies.proc import run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,6 +104,10 @@ def machine_manifest(backend: str, cc: str, shaper: str | None = None, pacer: bo
         "kernel": os.uname().release,
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
+        # Since 2026-11-29: the development VM changed kernel builds between sessions, answers by day.
+        "cpu_model": cpu_model(),
+        "clocksource": clocksource(),
+        "kernel_hz": kernel_hz(),
         "python": platform.python_version(),
         "delay_backend": backend,
         "congestion_control": cc,

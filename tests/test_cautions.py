@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bufsize.cautions import FINDINGS, MAX_STEAL_SHARE, cautions, describe
+import psutil
+
+from bufsize.cautions import FINDINGS, MAX_STEAL_SHARE, cautions, describe, steal_report
 from bufsize.longlived.measure import format_measure
+from bufsize.monitors.cpu import steal_since_boot, steal_under_wakeups
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -52,3 +55,24 @@ def test_measure_line_carries_the_caution_and_stays_valid():
     old = measure_result([])
     del old["cautions"]  # a result written before cautions existed still formats
     assert format_measure(old, None).startswith("utilization 99.50%")
+
+
+def test_doctor_names_the_steal_it_saw_and_cautions_past_the_limit():
+    quiet = steal_report({"under_load": 0.004, "load_s": 2.0, "since_boot": 0.019})
+    assert quiet == (
+        "hypervisor steal:     0.4% of the CPUs with every core waking 2000 times a second for 2 s, "
+        "1.9% of busy time since boot"
+    )
+    for loaded, since in ((0.031, 0.0), (0.0, 0.025)):  # either view past the limit
+        text = steal_report({"under_load": loaded, "load_s": 2.0, "since_boot": since})
+        first, caution = text.splitlines()
+        assert caution.startswith("CAUTION: over 2%: answers have moved") and FINDINGS in caution, text
+
+
+def test_the_steal_probe_loads_every_core_and_leaves_no_process():
+    before = psutil.Process().children(recursive=True)
+    share = steal_under_wakeups(0.5)
+    assert share.busy > 0.3, share  # our loads ran on the cores (0.3 ms of every 0.5, and their wake-ups)
+    assert 0.0 <= share.steal <= share.busy
+    assert psutil.Process().children(recursive=True) == before
+    assert 0.0 <= steal_since_boot() < 1.0

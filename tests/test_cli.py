@@ -44,6 +44,8 @@ def test_doctor_json_reports_backend_consistent_with_qdiscs(root):
     assert caps["qdiscs"]["htb"] and caps["qdiscs"]["tbf"] and caps["qdiscs"]["bfifo"]
     assert caps["delay_backend"] == ("netem" if caps["qdiscs"]["netem"] else "delayline")
     assert "reno" in caps["congestion_controls"]
+    steal = caps["steal"]  # sampled with every core busy, and since boot
+    assert steal["load_s"] == 2.0 and 0 <= steal["under_load"] < 1 and 0 <= steal["since_boot"] < 1, steal
 
 
 def verify_json(*args: str) -> tuple[dict, int]:

@@ -294,23 +294,23 @@ def test_auto_picks_the_line_in_the_delay_line_on_the_stock_kernel(show):
     assert not caps.problems, caps.problems
 
 
-def test_a_short_measure_with_the_defaults_runs_on_the_line_and_reports_its_fidelity(no_leftovers, show, tmp_path):
+def test_a_short_measure_with_the_defaults_runs_on_the_line_and_reports_its_fidelity(no_leftovers, show):
     """`bufsize measure` with the default shaper and delay backend on the stock kernel: it runs on the
     line, says so in the result, and reports the link's fidelity (or why there is none). Timing is not
-    judged: the guest is emulated."""
+    judged: the guest is emulated. No --out: writing the files is the host's to test, and drawing the
+    plots took 100 of this test's 140 s under TCG (2026-11-29)."""
     cfg = config("auto", buffer_bytes=20 * FRAME_BYTES)
     backend = resolve_backend(cfg.delay_backend, qdisc_support(), HELPER.exists(), cfg.shaper)
     assert backend == "delayline"
     opts = MeasureOptions(flows=2, duration_s=4.0, settle_s=1.0, reference_s=2.0, fidelity_s=1.0, warmup_s=3.0)
     opts.validate(cfg)
-    result = run_measure(cfg, backend, [cfg.initial_buffer_bytes()], opts, tmp_path, log=lambda s: None)
+    result = run_measure(cfg, backend, [cfg.initial_buffer_bytes()], opts, None, log=lambda s: None)
     show(f"measure on the line: utilization {result['utilization']}, fidelity {result['fidelity']}")
     assert result["config"]["shaper"] == "line" and result["delay_backend"] == "delayline"
     assert result["shaper_choice"]["requested"] == "auto" and result["shaper_choice"]["used"] == "line"
     assert result["manifest"]["shaper"] == "line"
     fid = result["fidelity"]
     assert fid.get("available") is True and "frac_gt10" in fid or fid.get("reason"), fid
-    assert (tmp_path / "result.json").exists()
 
 
 # ---- verify from each backend -------------------------------------------------------------------

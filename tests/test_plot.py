@@ -18,6 +18,7 @@ from bufsize.longlived.report import (
     plot_dir,
     reference_runs,
     rtt_words,
+    runs_cell,
     summary_rows,
     sweep_figure,
 )
@@ -84,6 +85,27 @@ def test_report_writes_figure_and_tables(tmp_path):
     assert all(p.stat().st_size > (5000 if p.name.startswith("figure") else 100) for p in paths)
     md = (tmp_path / "table.md").read_text().splitlines()
     assert len(md) == 2 + 3 and md[-1].startswith("| 800 |")
+
+
+def test_cautioned_runs_are_counted_and_explained_under_the_table(tmp_path):
+    steal = [{"check": "hypervisor_steal", "value": 0.06, "limit": 0.02, "why": "..."}]
+    rs = [result(10, 30) | {"cautions": steal}, result(10, 32) | {"cautions": []}, result(10, 34, valid=False)]
+    rs.append(result(100, 12))  # written before results carried cautions: none counted
+    for i, r in enumerate(rs):
+        d = tmp_path / f"n{r['flows']:04d}-run{i}"
+        d.mkdir()
+        (d / "result.json").write_text(json.dumps(r))
+    rows = {r["flows"]: r for r in summary_rows(rs)}
+    assert rows[10]["cautioned_runs"] == 1 and rows[100]["cautioned_runs"] == 0
+    assert (runs_cell(rows[10]), runs_cell(rows[100])) == ("3 (2; 1 cautioned)", "1 (1)")
+    make_report(tmp_path)
+    md = (tmp_path / "table.md").read_text()
+    assert "| 10 | 3 (2; 1 cautioned) |" in md and "| 100 | 1 (1) |" in md
+    assert md.rstrip().splitlines()[-1].startswith("Cautioned runs are valid, but the hypervisor took over 2%")
+    # Without a cautioned run the table ends with its last row, as before.
+    shutil.rmtree(tmp_path / "n0010-run0")
+    make_report(tmp_path)
+    assert (tmp_path / "table.md").read_text().rstrip().splitlines()[-1].startswith("| 100 |")
 
 
 def test_the_legend_hides_no_answer_and_stays_on_the_page():

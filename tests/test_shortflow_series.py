@@ -137,7 +137,17 @@ def test_mix_points_and_table(tmp_path) -> None:
     rows = mix_rows(tmp_path, spec)
     assert [(r["buffer"], r["afct_s"]) for r in rows] == [("sqrtn", 0.3), ("bdp", 0.6)]
     assert spec.report(tmp_path) == 2
-    assert "| 100 | RTT*C/sqrt(n) | 52 | 0.8000 | 0.000% | 300 | 0.300 |" in (tmp_path / "table.md").read_text()
+    table = (tmp_path / "table.md").read_text()
+    assert "| 100 | RTT*C/sqrt(n) | 52 | 0.8000 | 0.000% | 300 | 0.300 |" in table
+    assert "Cautioned" not in table
+    # A point whose run the hypervisor took CPU from is named under the table; the rows stay as they were.
+    r = json.loads((tmp_path / "n100-bdp" / "result.json").read_text())
+    r["cautions"] = [{"check": "hypervisor_steal", "value": 0.05, "limit": 0.02, "why": "..."}]
+    (tmp_path / "n100-bdp" / "result.json").write_text(json.dumps(r))
+    assert spec.report(tmp_path) == 2
+    again = (tmp_path / "table.md").read_text()
+    assert again.startswith(table.rstrip("\n"))
+    assert again.rstrip().splitlines()[-1].startswith("Cautioned runs (n100-bdp) are valid, but the hypervisor")
 
 
 def test_fig12_answer_is_the_smallest_buffer_with_every_larger_step_within() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
 import shutil
@@ -33,6 +34,40 @@ def available_congestion_controls() -> list[str]:
 
 
 @cache
+def cpu_model() -> str | None:
+    """The CPUs' model name (/proc/cpuinfo). The development VM came up on three kernel builds in one
+    week (fc-v669, v657, v595) while answers moved by day; this and the two below let results be
+    grouped by the machine they ran on, not only by kernel."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                return value.strip()
+    except OSError:
+        pass
+    return None
+
+
+def clocksource() -> str | None:
+    """The kernel's clock (tsc, kvm-clock, ...): every timer of the emulation reads it."""
+    try:
+        return Path("/sys/devices/system/clocksource/clocksource0/current_clocksource").read_text().strip()
+    except OSError:
+        return None
+
+
+def kernel_hz() -> int | None:
+    """CONFIG_HZ where the kernel exposes its config (/proc/config.gz): the jiffy TCP's coarser timers count in."""
+    try:
+        with gzip.open("/proc/config.gz", "rt") as f:
+            for line in f:
+                if line.startswith("CONFIG_HZ="):
+                    return int(line.split("=", 1)[1])
+    except (OSError, ValueError, EOFError):
+        pass
+    return None
+
+
 def qdisc_support() -> dict[str, bool]:
     """Try each qdisc on the loopback of a throwaway namespace, recorded in its own ledger first."""
     state = RunState.create()
@@ -187,7 +222,8 @@ def probe() -> Capabilities:
     return caps
 
 
-def format_report(c: Capabilities) -> str:
+def format_report(c: Capabilities, extra: list[str] | None = None) -> str:
+    """The report `bufsize doctor` prints; `extra` lines (what the caller measured) go before the verdict."""
     yes = {True: "yes", False: "no"}
     lines = [
         f"root:                 {yes[c.root]}",
@@ -204,6 +240,7 @@ def format_report(c: Capabilities) -> str:
         f"simulator twin:       {c.simulator_twin or 'unknown'} (bufsize sim)",
     ]
     lines += [f"note: {n}" for n in c.notes]
+    lines += extra or []
     lines += [f"PROBLEM: {p}" for p in c.problems]
     lines.append("ok" if not c.problems else "not ok: fix the problems above")
     return "\n".join(lines)

@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+from bufsize.cautions import table_note
 from bufsize.resultdir import read_finished
 from bufsize.theory.ccrules import CcRule, rule_for
 from bufsize.topologies import FRAME_BYTES
@@ -115,6 +116,8 @@ def summary_rows(results: list[dict], ref_dir: Path = REFERENCE_DIR) -> list[dic
                 "flows": n,
                 "runs": len(rs),
                 "valid_runs": sum(bool(r["valid"]) for r in rs),
+                # Results written before 2026-11-29 carry no cautions: counted as none.
+                "cautioned_runs": sum(bool(r.get("cautions")) for r in rs),
                 "median_packets": statistics.median(pk),
                 "median_bytes": round(med_bytes),
                 "min_packets": min(pk),
@@ -191,6 +194,13 @@ def cc_rule_cells(rule: CcRule, bdp_packets: float, flows: int, median_packets: 
     return {"cc_rule_packets": packets, "ratio_to_cc_rule": round(median_packets / packets, 2)}
 
 
+def runs_cell(row: dict) -> str:
+    """Runs, valid runs and, where any run carries a caution (bufsize/cautions.py), how many: "5 (5)",
+    "5 (4; 2 cautioned)". A row without the count (a table read from before it existed) has none."""
+    cautioned = row.get("cautioned_runs") or 0
+    return f"{row['runs']} ({row['valid_runs']}{f'; {cautioned} cautioned' if cautioned else ''})"
+
+
 def _fmt(v: object) -> str:
     if v is None:
         return "-"
@@ -248,13 +258,15 @@ def write_table(rows: list[dict], out: Path, beside: Sequence[str] = ()) -> tupl
         cells = []
         for k, _ in cols:
             if k == "runs":
-                cells.append(f"{r['runs']} ({r['valid_runs']})")
+                cells.append(runs_cell(r))
             elif k.endswith("min_packets"):
                 lo, hi = r[k], r[k.replace("min", "max")]
                 cells.append("-" if lo is None else f"{lo}..{hi}")
             else:
                 cells.append(_fmt(r[k]))
         lines.append("| " + " | ".join(cells) + " |")
+    if any(r.get("cautioned_runs") for r in rows):
+        lines += ["", table_note()]
     write_atomic(md_path, "\n".join(lines) + "\n")
     return csv_path, md_path
 

@@ -16,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Protocol
 
+from bufsize.cautions import table_note
 from bufsize.manifest import machine_manifest
 from bufsize.resultdir import read_finished, write_json_atomic
 from bufsize.shortflows.run import ShortFlowOptions, run_shortflows
@@ -82,7 +83,8 @@ def write_table(out: Path, rows: list[dict], markdown: list[str], draw: Callable
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    write_atomic(out / "table.md", "\n".join(markdown) + "\n")
+    cautioned = sorted(f.parent.name for f in out.glob("*/result.json") if (read_finished(f) or {}).get("cautions"))
+    write_atomic(out / "table.md", "\n".join(markdown + (["", table_note(cautioned)] if cautioned else [])) + "\n")
     try:
         draw()
     except Exception as e:  # noqa: BLE001 - a figure is a convenience
