@@ -101,7 +101,7 @@ def test_cautioned_runs_are_counted_and_explained_under_the_table(tmp_path):
     make_report(tmp_path)
     md = (tmp_path / "table.md").read_text()
     assert "| 10 | 3 (2; 1 cautioned) |" in md and "| 100 | 1 (1) |" in md
-    assert md.rstrip().splitlines()[-1].startswith("Cautioned runs are valid, but the hypervisor took over 2%")
+    assert md.rstrip().splitlines()[-1].startswith("Cautioned runs are valid, but the hypervisor took over 1%")
     # Without a cautioned run the table ends with its last row, as before.
     shutil.rmtree(tmp_path / "n0010-run0")
     make_report(tmp_path)
