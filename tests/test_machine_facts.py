@@ -8,7 +8,7 @@ import gzip
 from pathlib import Path
 
 from bufsize.manifest import machine_manifest
-from bufsize.topologies.machine import clocksource, cpu_model, kernel_hz
+from bufsize.topologies.machine import clocksource, cpu_model, kernel_hz, qdisc_support
 
 
 def test_the_facts_are_the_kernels_own():
@@ -28,3 +28,9 @@ def test_the_facts_are_the_kernels_own():
 def test_the_manifest_records_them():
     m = machine_manifest("delayline", "reno", "line", False)
     assert (m["cpu_model"], m["clocksource"], m["kernel_hz"]) == (cpu_model(), clocksource(), kernel_hz())
+
+
+def test_the_qdisc_probe_runs_once_per_process():
+    # It builds a throwaway namespace each time, and doctor, every run and each delay_backend() ask it;
+    # 9708cb1 lost its cache when these facts were added above it (caught in review, not by a test).
+    assert hasattr(qdisc_support, "cache_info")

@@ -33,7 +33,6 @@ def available_congestion_controls() -> list[str]:
     return text.split()
 
 
-@cache
 def cpu_model() -> str | None:
     """The CPUs' model name (/proc/cpuinfo). The development VM came up on three kernel builds in one
     week (fc-v669, v657, v595) while answers moved by day; this and the two below let results be
@@ -68,6 +67,7 @@ def kernel_hz() -> int | None:
     return None
 
 
+@cache
 def qdisc_support() -> dict[str, bool]:
     """Try each qdisc on the loopback of a throwaway namespace, recorded in its own ledger first."""
     state = RunState.create()
