@@ -9,14 +9,12 @@ the command prints, so that whoever reads the number also reads this.
 
 from __future__ import annotations
 
-# Mean share of all CPU time the hypervisor took (steal, from /proc/stat) over the run. On the
-# development VM (2 vCPUs) the five quick runs of 2026-11-28, with no steal, answered 46-50 packets
-# at N = 10 cubic; on 2026-11-29, with 6-9 % stolen, the same search answered 74 and 79, both valid
-# (docs/findings.md#answers-on-a-machine-whose-hypervisor-takes-cpu-2026-11-29). It was 2 % until
-# five measures at N = 100 cubic and the committed answer (12 packets, 99 % on 2026-11-27) carried
-# 95-96 % at 1.5-1.9 % steal, 91-93 % at 3.1-3.2 % and 79 % at 8.7 %. Reno at N = 10 did not move
-# at 3.8-8.1 %, and searches moved at 0.6 %: a marker, not a cause or a bound.
-MAX_STEAL_SHARE = 0.01
+from bufsize.monitors.cpu import STEAL_LIMIT, WAKES_PER_S
+from bufsize.topologies.dumbbell import HALT_POLL_NS
+
+# The mean share of all CPU time the hypervisor took over the run past which a result is cautioned:
+# the same limit at which a search's progress line names a probe's steal (why this value: there).
+MAX_STEAL_SHARE = STEAL_LIMIT
 FINDINGS = "docs/findings.md#answers-on-a-machine-whose-hypervisor-takes-cpu-2026-11-29"
 
 
@@ -57,13 +55,25 @@ def table_note(names: list[str] | None = None) -> str:
     )
 
 
+def idle_report(idle: dict) -> str:
+    """`bufsize doctor`'s line on how idle vCPUs wait (driver, halt_poll_ns: None where there is no
+    haltpoll), and what a run does about it (topologies/dumbbell.py HALT_POLL_NS)."""
+    head = f"idle vCPUs:           {idle['driver'] or 'no cpuidle driver'}"
+    if idle["halt_poll_ns"] is None:
+        return head + " (no halt poll to set)"
+    return (
+        f"{head}, polling up to {idle['halt_poll_ns'] / 1000:g} us before they halt; runs raise it to "
+        f"{HALT_POLL_NS / 1000:g} us while they last (a vCPU that halts waits for the hypervisor at each wake-up)"
+    )
+
+
 def steal_report(steal: dict) -> str:
     """`bufsize doctor`'s line on the hypervisor's steal (under_load, load_s and since_boot shares), and a
     caution where either is past the limit a result would be cautioned at: the machine's state before
     a run, where results say it after."""
     line = (
-        f"hypervisor steal:     {steal['under_load']:.1%} of the CPUs with every core waking 2000 times a second "
-        f"for {steal['load_s']:g} s, "
+        f"hypervisor steal:     {steal['under_load']:.1%} of the CPUs with every core waking about {WAKES_PER_S} "
+        f"times a second for {steal['load_s']:g} s, "
         f"{steal['since_boot']:.1%} of busy time since boot"
     )
     if max(steal["under_load"], steal["since_boot"]) > MAX_STEAL_SHARE:

@@ -36,10 +36,11 @@ def quiet_if(flag: bool) -> Say | None:
 
 
 def cmd_doctor(a: argparse.Namespace) -> int:
-    from bufsize.cautions import steal_report
+    from bufsize.cautions import idle_report, steal_report
     from bufsize.longlived.presets import format_preset_methods, preset_methods
     from bufsize.monitors.cpu import steal_since_boot, steal_under_wakeups
-    from bufsize.topologies.machine import format_report, probe
+    from bufsize.topologies import sysctl
+    from bufsize.topologies.machine import cpuidle_driver, format_report, probe
 
     caps = probe()
     methods = preset_methods(caps.qdiscs, caps.delayline_built)
@@ -49,10 +50,13 @@ def cmd_doctor(a: argparse.Namespace) -> int:
         "load_s": 2.0,
         "since_boot": round(steal_since_boot(), 4),
     }
+    poll = int(sysctl.read(sysctl.HALT_POLL)) if sysctl.exists(sysctl.HALT_POLL) else None
+    idle = {"driver": cpuidle_driver(), "halt_poll_ns": poll}
     if a.json:
-        print(json.dumps(caps.to_dict() | {"presets": methods, "steal": steal}, indent=1))
+        print(json.dumps(caps.to_dict() | {"presets": methods, "steal": steal, "idle": idle}, indent=1))
     else:
-        print(format_report(caps, steal_report(steal).splitlines()) + "\n" + format_preset_methods(methods))
+        lines = [idle_report(idle), *steal_report(steal).splitlines()]
+        print(format_report(caps, lines) + "\n" + format_preset_methods(methods))
     return 0 if not caps.problems else 1
 
 

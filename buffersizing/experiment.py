@@ -137,6 +137,12 @@ class Experiment:
             self.say(f"  warning: {self.shaper_choice['warning']}")
         self.check_leftovers()
         self.net = Dumbbell(self.cfg, self.backend).__enter__()
+        poll = self.net.halt_poll
+        if poll and poll["before_run_ns"] != poll["during_run_ns"]:
+            self.say(
+                f"  idle vCPUs poll up to {poll['during_run_ns'] / 1000:g} us before they halt while this runs "
+                f"(haltpoll's guest_halt_poll_ns, {poll['before_run_ns'] / 1000:g} us before; restored after)"
+            )
         self.note_other_runs()
         try:
             self.drop_monitor = DropMonitor(self.net).start()
@@ -345,7 +351,11 @@ class Experiment:
                 "options": options,
                 "config": self.cfg.to_dict(),
                 "manifest": machine_manifest(
-                    self.backend, self.cfg.cc, self.cfg.shaper, pacing_applies(self.cfg, self.backend)
+                    self.backend,
+                    self.cfg.cc,
+                    self.cfg.shaper,
+                    pacing_applies(self.cfg, self.backend),
+                    self.net.halt_poll if self.net else None,
                 ),
             }
             if self.out is not None:

@@ -17,6 +17,7 @@ from bufsize.topologies.machine import (
     available_congestion_controls,
     clocksource,
     cpu_model,
+    cpuidle_driver,
     kernel_has_module,
     kernel_hz,
     tool_version,
@@ -97,7 +98,9 @@ def _shipped() -> str:
     return shipped if re.fullmatch(r"[0-9a-f]{40}", shipped) else "unknown (not a git checkout)"
 
 
-def machine_manifest(backend: str, cc: str, shaper: str | None = None, pacer: bool | None = None) -> dict:
+def machine_manifest(
+    backend: str, cc: str, shaper: str | None = None, pacer: bool | None = None, halt_poll: dict | None = None
+) -> dict:
     return {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
         "host": platform.node(),  # which machine (bufsize remote merges points from several)
@@ -108,6 +111,10 @@ def machine_manifest(backend: str, cc: str, shaper: str | None = None, pacer: bo
         "cpu_model": cpu_model(),
         "clocksource": clocksource(),
         "kernel_hz": kernel_hz(),
+        # Since 2026-11-29: how idle vCPUs wait (haltpoll on KVM guests), and the poll a run set
+        # (Dumbbell.halt_poll: before and during the run; None without a dumbbell or without haltpoll).
+        "cpuidle_driver": cpuidle_driver(),
+        "halt_poll": halt_poll,
         "python": platform.python_version(),
         "delay_backend": backend,
         "congestion_control": cc,

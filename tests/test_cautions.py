@@ -7,7 +7,7 @@ from pathlib import Path
 
 import psutil
 
-from bufsize.cautions import FINDINGS, MAX_STEAL_SHARE, cautions, describe, steal_report
+from bufsize.cautions import FINDINGS, MAX_STEAL_SHARE, cautions, describe, idle_report, steal_report
 from bufsize.longlived.measure import format_measure
 from bufsize.monitors.cpu import steal_since_boot, steal_under_wakeups
 
@@ -60,13 +60,22 @@ def test_measure_line_carries_the_caution_and_stays_valid():
 def test_doctor_names_the_steal_it_saw_and_cautions_past_the_limit():
     quiet = steal_report({"under_load": 0.004, "load_s": 2.0, "since_boot": 0.009})
     assert quiet == (
-        "hypervisor steal:     0.4% of the CPUs with every core waking 2000 times a second for 2 s, "
+        "hypervisor steal:     0.4% of the CPUs with every core waking about 2000 times a second for 2 s, "
         "0.9% of busy time since boot"
     )
     for loaded, since in ((0.031, 0.0), (0.0, 0.015)):  # either view past the limit
         text = steal_report({"under_load": loaded, "load_s": 2.0, "since_boot": since})
         first, caution = text.splitlines()
         assert caution.startswith("CAUTION: over 1%: answers have moved") and FINDINGS in caution, text
+
+
+def test_doctor_says_how_idle_vcpus_wait_and_what_a_run_sets():
+    assert idle_report({"driver": "haltpoll", "halt_poll_ns": 0}) == (
+        "idle vCPUs:           haltpoll, polling up to 0 us before they halt; runs raise it to 200 us while they "
+        "last (a vCPU that halts waits for the hypervisor at each wake-up)"
+    )
+    assert idle_report({"driver": "acpi_idle", "halt_poll_ns": None}).endswith("acpi_idle (no halt poll to set)")
+    assert "no cpuidle driver" in idle_report({"driver": None, "halt_poll_ns": None})
 
 
 def test_the_steal_probe_loads_every_core_and_leaves_no_process():

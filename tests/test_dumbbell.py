@@ -12,7 +12,7 @@ from conftest import in_ns, path_floor_ms
 from bufsize.topologies import FRAME_BYTES, sysctl
 from bufsize.topologies.config import DumbbellConfig, parse_rtts
 from bufsize.topologies.counters import InterfaceCounters
-from bufsize.topologies.dumbbell import Dumbbell
+from bufsize.topologies.dumbbell import HALT_POLL_NS, Dumbbell
 from bufsize.verify import measure_rtts
 
 pytestmark = pytest.mark.integration
@@ -130,6 +130,22 @@ def test_each_host_gets_its_own_rtt(no_leftovers):
     for r in results:
         assert abs(r.min_ms - floor - r.configured_ms) <= 0.01 * r.configured_ms + 0.3, (r, floor)
         assert r.loss_pct == 0
+
+
+def test_halt_poll_is_raised_for_the_run_and_restored_after(no_leftovers):
+    """On a KVM guest with the haltpoll idle driver, idle vCPUs poll up to HALT_POLL_NS while a run
+    lasts (the steal with which answers moved comes with halted vCPUs waking); elsewhere nothing is
+    written and the dumbbell says there was no poll to set."""
+    present = sysctl.exists(sysctl.HALT_POLL)
+    before = sysctl.read(sysctl.HALT_POLL) if present else None
+    with Dumbbell(DumbbellConfig(hosts=1, rtt_ms=[1.0]), "delayline") as net:
+        during = sysctl.read(sysctl.HALT_POLL) if present else None
+        recorded = net.halt_poll
+    if not present:
+        assert recorded is None and not sysctl.exists(sysctl.HALT_POLL)
+        return
+    assert int(during) >= HALT_POLL_NS and recorded == {"before_run_ns": int(before), "during_run_ns": int(during)}
+    assert sysctl.read(sysctl.HALT_POLL) == before
 
 
 def test_global_sysctl_is_restored_after_the_run(no_leftovers):

@@ -98,4 +98,8 @@ def test_measure_with_the_line_shaper(no_leftovers, tmp_path):
     assert 0.5 < r["utilization"] <= 1.01 and 0.9 < r["reference_rate_mbps"] / 20 <= 1.01
     assert r["fidelity"]["available"] and r["fidelity"]["departures"] > 1000, r["fidelity"]
     assert r["fidelity"]["overruns"] == 0, r["fidelity"]  # the ring buffer sized to the trace held it all
+    # The delay line's timekeeping over the 5 s sampled (its snapshots are up to 0.2 s old each).
+    kept = p["delay_line"]
+    assert abs(kept["seconds"] - p["seconds"]) <= 0.6, (kept, p["seconds"])
+    assert kept["forward_late_mean_us"] >= 0 and kept["reverse_late_mean_us"] >= 0 and kept["line_lost_ms"] >= 0
     assert_manifest(out, r, "line")

@@ -8,7 +8,7 @@ import gzip
 from pathlib import Path
 
 from bufsize.manifest import machine_manifest
-from bufsize.topologies.machine import clocksource, cpu_model, kernel_hz, qdisc_support
+from bufsize.topologies.machine import clocksource, cpu_model, cpuidle_driver, kernel_hz, qdisc_support
 
 
 def test_the_facts_are_the_kernels_own():
@@ -23,11 +23,16 @@ def test_the_facts_are_the_kernels_own():
             hz = [int(line.split("=")[1]) for line in f if line.startswith("CONFIG_HZ=")]
         assert kernel_hz() == (hz[0] if hz else None)
     assert kernel_hz() in (None, 100, 250, 300, 1000)
+    idle = Path("/sys/devices/system/cpu/cpuidle/current_driver")
+    assert cpuidle_driver() == (idle.read_text().strip() if idle.exists() else None)
 
 
 def test_the_manifest_records_them():
     m = machine_manifest("delayline", "reno", "line", False)
     assert (m["cpu_model"], m["clocksource"], m["kernel_hz"]) == (cpu_model(), clocksource(), kernel_hz())
+    assert m["cpuidle_driver"] == cpuidle_driver() and m["halt_poll"] is None  # no dumbbell, no poll set
+    poll = {"before_run_ns": 0, "during_run_ns": 200_000}
+    assert machine_manifest("delayline", "reno", "line", False, poll)["halt_poll"] == poll
 
 
 def test_the_qdisc_probe_runs_once_per_process():

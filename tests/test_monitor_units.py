@@ -312,13 +312,16 @@ def test_steal_is_its_own_share_and_part_of_busy():
 
 
 def test_a_probe_names_the_hypervisors_steal_only_from_the_threshold():
-    """The progress line's steal note: absent below NOTE_STEAL and in results recorded before steal was."""
-    from bufsize.monitors.cpu import NOTE_STEAL, steal_note
+    """The progress line's steal note: absent up to STEAL_LIMIT (where a result's caution starts too)
+    and in results recorded before steal was."""
+    from bufsize.cautions import MAX_STEAL_SHARE
+    from bufsize.monitors.cpu import STEAL_LIMIT, steal_note
 
-    assert steal_note({"busy": 0.8, "steal": NOTE_STEAL / 2}) == ""
+    assert MAX_STEAL_SHARE == STEAL_LIMIT
+    assert steal_note({"busy": 0.8, "steal": STEAL_LIMIT}) == ""
     assert steal_note({"busy": 0.8}) == ""
     assert steal_note({"busy": 0.8, "steal": 0.051}) == ", hypervisor steal 5.1%"
-    assert steal_note({"steal": NOTE_STEAL}) != ""
+    assert steal_note({"steal": STEAL_LIMIT * 1.01}) != ""
 
 
 def test_the_machines_idle_per_second_is_the_mean_over_cores_within_the_window():

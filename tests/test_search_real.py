@@ -76,6 +76,10 @@ def test_short_search_result_is_consistent_with_its_probes(no_leftovers, tmp_pat
     # The recorder ran through the search: each probe's queue stayed within its buffer, 8 flows' windows seen.
     for m in ms:
         assert m["queue"]["samples"] > 0 and m["queue"]["max_packets"] <= m["buffer_packets"], m["queue"]
+        # The delay line's timekeeping over the same samples (snapshots up to 0.2 s old each).
+        kept, sampled = m["delay_line"], m["sample_s"] * len(m["rates_mbps"])
+        assert abs(kept["seconds"] - sampled) <= 0.6 + 0.1 * sampled, (kept, sampled)
+        assert kept["forward_late_mean_us"] >= 0 and kept["line_lost_ms"] >= 0, kept
     # The recorder ran throughout; on a machine loaded by other runs it falls below 100 Hz, which
     # the queue_monitor_kept_up flag reports (seen here: 49.6 Hz at a load average of 60).
     assert r["monitors"]["cwnd"]["flows_seen"] == 8 and r["monitors"]["queue"]["rate_hz"] > 20

@@ -27,6 +27,7 @@ class SignalledNet:
     def __init__(self, signum: int) -> None:
         self.signum = signum
         self.state = SimpleNamespace(run_id="000000")
+        self.halt_poll = None  # Dumbbell's: no idle poll was set
 
     def stop(self) -> list[str]:
         with signals_held():

@@ -51,6 +51,27 @@ SPIN_US = 50
 STALL_S = 3.0
 
 
+def timing_between(stats0: dict, stats1: dict) -> dict | None:
+    """How well the delay line kept time between two of its stats snapshots (DelayLine.stats, each up
+    to 200 ms old): the mean lateness of the frames it released each way, and with the line shaper
+    the capacity it lost after late wake-ups (beyond its catch-up allowance). None where either
+    snapshot is missing (netem, or not written yet). The counters are cumulative, so a window's mean
+    comes from the sums: mean1 * n1 - mean0 * n0 over n1 - n0 frames."""
+    if not (stats0 and stats1) or stats0.get("pid") != stats1.get("pid"):
+        return None
+    out: dict = {"seconds": round((stats1["time_ns"] - stats0["time_ns"]) / 1e9, 2)}
+    for way in ("forward", "reverse"):
+        d0, d1 = stats0[way], stats1[way]
+        n = d1["tx_frames"] - d0["tx_frames"]
+        late = d1["late_mean_us"] * d1["tx_frames"] - d0["late_mean_us"] * d0["tx_frames"]
+        out[f"{way}_late_mean_us"] = round(max(0.0, late) / n, 2) if n > 0 else None
+    line0, line1 = stats0.get("line"), stats1.get("line")
+    if line0 and line1:
+        out["line_lost_ms"] = round((line1["lost_ns"] - line0["lost_ns"]) / 1e6, 3)
+        out["line_clock_resets"] = line1["clock_resets"] - line0["clock_resets"]
+    return out
+
+
 def netem_commands(dev: str, one_way_us: int, rate_mbps: float | None) -> list[str]:
     rate = f" rate {tc_rate(rate_mbps)}" if rate_mbps else ""
     return [f"qdisc add dev {dev} root handle 1: netem delay {one_way_us}us limit {NETEM_LIMIT}{rate}\n"]

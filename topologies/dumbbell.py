@@ -37,6 +37,16 @@ from bufsize.topologies.line import SPIN_US as LINE_SPIN_US
 from bufsize.topologies.line import LineBottleneck, isolation
 from bufsize.topologies.proc import is_running, popen_dying_with_parent, run
 
+# On a KVM guest whose cpuidle driver is haltpoll, an idle vCPU polls up to this long before it
+# halts, while a run lasts. At 0 (the development VM's boot setting) it halts at once, and each
+# wake-up then waits for the hypervisor to run it again, counted as steal: the state in which
+# answers moved (docs/findings.md#idle-vcpus-that-poll-before-they-halt-2026-11-29). Measured on
+# 2026-11-29, N = 100 cubic at 12 packets for a minute, 7 runs a side (bench/results/halt-poll-2026-11-29):
+# polling up to 200 us (the kernel's own default) carried a median 97.2 % [89.1-98.5] of the link at
+# 0.7 % steal, halting at once 90.5 % [80.7-94.5] at 4.2 %. Raised for the run and restored after,
+# like the backlog; polling spends the host's CPU only while a vCPU waits for work, 200 us at most.
+HALT_POLL_NS = 200_000
+
 __all__ = ["OFFLOADS_OFF", "Dumbbell", "Host", "tcp_sysctls"]
 
 PARALLEL = 8
@@ -87,6 +97,8 @@ class Dumbbell:
         self.hosts: list[Host] = self.plan.hosts
         self.bottleneck: Bottleneck = self.plan.bottleneck
         self.delayline: DelayLine | None = None
+        # The idle vCPUs' poll before and during the run, where the guest has it (build())
+        self.halt_poll: dict | None = None
         self._saved_affinity: dict[int, set[int]] = {}  # thread id: its CPUs before _keep_off_cpu
 
     @property
@@ -123,6 +135,10 @@ class Dumbbell:
         # Bursts leave veths through the per-CPU backlog (netdev_max_backlog, global, default 1000);
         # a drop there would be a loss outside the bottleneck.
         sysctl.raise_global(self.state, "net.core.netdev_max_backlog", 100_000)
+        if sysctl.exists(sysctl.HALT_POLL):
+            before = int(sysctl.read(sysctl.HALT_POLL))
+            sysctl.raise_global(self.state, sysctl.HALT_POLL, HALT_POLL_NS)
+            self.halt_poll = {"before_run_ns": before, "during_run_ns": int(sysctl.read(sysctl.HALT_POLL))}
         # Outside the initial namespace a host may only default to an "allowed" congestion control.
         sysctl.allow_congestion_control(self.state, self.cfg.cc)
         run(["ip", "-batch", "-"], input=plan.links(), timeout=300)

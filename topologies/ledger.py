@@ -39,7 +39,11 @@ _SAVE_LOCK = threading.Lock()
 PORT_BLOCK = 1000  # iperf3 needs a port per client process: up to one per host (400)
 PORT_BLOCKS = range(10_000, 60_000, PORT_BLOCK)
 # The only global sysctls a run may change (and `bufsize clean` may write back).
-ALLOWED_GLOBAL_SYSCTLS = ("net.core.netdev_max_backlog", "net.ipv4.tcp_allowed_congestion_control")
+ALLOWED_GLOBAL_SYSCTLS = (
+    "net.core.netdev_max_backlog",
+    "net.ipv4.tcp_allowed_congestion_control",
+    "haltpoll.guest_halt_poll_ns",  # a module parameter (sysctl.MODULE_PARAMETERS)
+)
 RUN_ID = re.compile(r"[0-9a-f]{6}")
 NODE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")  # the part of a namespace name after bsz-<run id>-
 TRACE_INSTANCE = re.compile(re.escape(INSTANCE_PREFIX) + r"[a-z]{1,32}-[0-9]{1,10}")

@@ -55,6 +55,15 @@ def clocksource() -> str | None:
         return None
 
 
+def cpuidle_driver() -> str | None:
+    """How idle CPUs wait (haltpoll, acpi_idle, intel_idle, none): on a KVM guest with haltpoll a
+    halted vCPU waits for the hypervisor at each wake-up unless it polls first (dumbbell.HALT_POLL_NS)."""
+    try:
+        return Path("/sys/devices/system/cpu/cpuidle/current_driver").read_text().strip()
+    except OSError:
+        return None
+
+
 def kernel_hz() -> int | None:
     """CONFIG_HZ where the kernel exposes its config (/proc/config.gz): the jiffy TCP's coarser timers count in."""
     try:

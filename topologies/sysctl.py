@@ -13,9 +13,19 @@ from pathlib import Path
 from bufsize.topologies import ledger
 from bufsize.topologies.safefiles import write_atomic
 
+# The idle vCPUs' poll before they halt, on a KVM guest whose cpuidle driver is haltpoll: a kernel
+# module parameter, not a sysctl, kept under this name beside the sysctls (ledger.ALLOWED_GLOBAL_SYSCTLS)
+# so that it is recorded, restored and cleaned up the same way.
+HALT_POLL = "haltpoll.guest_halt_poll_ns"
+MODULE_PARAMETERS = {HALT_POLL: Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns")}
+
 
 def _proc_path(name: str) -> Path:
-    return Path("/proc/sys") / name.replace(".", "/")
+    return MODULE_PARAMETERS.get(name) or Path("/proc/sys") / name.replace(".", "/")
+
+
+def exists(name: str) -> bool:
+    return _proc_path(name).exists()
 
 
 def read(name: str) -> str:

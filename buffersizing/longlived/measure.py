@@ -27,6 +27,7 @@ from bufsize.monitors.tcpstats import counter_delta, read_counters, recovery_sha
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.counters import InterfaceCounters
+from bufsize.topologies.delay import timing_between
 from bufsize.topologies.dumbbell import Dumbbell
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.units import check_buffer_bytes, check_number
@@ -97,6 +98,8 @@ def measure_buffer(
     leaf0 = net.bottleneck.leaf_drops()
     senders = [h.ns for h in net.hosts]
     tcp0 = read_counters(senders)
+    dl = net.delayline
+    dl0 = dl.stats() if dl else {}
     t0 = time.monotonic()
     sampled = sample_rates(counters, n, o.sample_s, sleep)
     rates, sent_bytes, sent_packets, seconds = (
@@ -108,6 +111,7 @@ def measure_buffer(
     t1 = time.monotonic()
     dropped = net.bottleneck.leaf_drops() - leaf0
     tcp = counter_delta(tcp0, read_counters(senders))
+    kept_time = timing_between(dl0, dl.stats()) if dl else None
     net.check_alive()
     flows.check()
     util = sent_bytes * 8 / seconds / 1e6 / cfg.rate_mbps
@@ -135,6 +139,8 @@ def measure_buffer(
             else {"samples": len(sums)}
         ),
         "cpu": cpu.stop().to_dict(),
+        # The delay line's timekeeping while sampling (delay.timing_between; None under netem).
+        "delay_line": kept_time,
         "rates_mbps": [round(r, 3) for r in rates],
     }
 

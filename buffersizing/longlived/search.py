@@ -43,6 +43,7 @@ from bufsize.theory.ccrules import rule_for
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.counters import InterfaceCounters
+from bufsize.topologies.delay import timing_between
 from bufsize.topologies.dumbbell import Dumbbell
 from bufsize.topologies.errors import RunError, UsageError
 from bufsize.topologies.qdisc_stats import QdiscSample
@@ -243,6 +244,8 @@ class Measurement:
     cpu: dict = field(default_factory=dict)
     queue: dict = field(default_factory=dict)  # backlog while sampling (monitors/recorder.py)
     tcp: dict = field(default_factory=dict)  # senders' loss-recovery counters while sampling (monitors/tcpstats.py)
+    # The delay line's timekeeping while sampling (delay.timing_between; empty under netem).
+    delay_line: dict = field(default_factory=dict)
 
     @property
     def loss_rate(self) -> float:
@@ -331,6 +334,8 @@ class LinkProber:
         senders = [h.ns for h in self.net.hosts]
         tcp0 = read_counters(senders)
         sent0 = self.counters.read().tx_packets
+        dl = self.net.delayline
+        dl0 = dl.stats() if dl else {}
         t_mono = time.monotonic()
         rates = self.rates(n, timing.sample_s)
         self.windows.append((t_mono, time.monotonic()))
@@ -339,6 +344,7 @@ class LinkProber:
         drops = self.net.bottleneck.leaf_drops() - drops0
         tcp = counter_delta(tcp0, read_counters(senders))
         share = cpu.stop()
+        kept_time = timing_between(dl0, dl.stats()) if dl else None
         self.net.check_alive()
         self.flows.check()
         m = Measurement(
@@ -352,6 +358,7 @@ class LinkProber:
             sent,
             share.to_dict(),
             tcp=tcp,
+            delay_line=kept_time or {},
         )
         self.measurements.append(m)
         return m.utilization
