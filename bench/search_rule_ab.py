@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -28,19 +29,25 @@ REPO = Path(__file__).resolve().parent.parent
 BUFSIZE = str(REPO / ".venv" / "bin" / "bufsize")
 # Rows before 2026-11-26 evening ran "sign-test" and "precision" on the model's sample lengths, which
 # were then the only ones; "precision-measured" has samples of two measured loss episodes (item 4).
+# Every rule before 2026-11-29 noon counted each sample, stolen or not ("--max-sample-steal 0" keeps
+# their rows' meaning); "-quiet" retakes samples during which the hypervisor took over 0.5 % of the CPUs.
+ALL_SAMPLES = ["--max-sample-steal", "0"]
 RULES = {
-    "sign-test": ["--samples", "5", "--max-samples", "20", "--resolution", "0.05", "--sample-length", "model"],
-    "precision": ["--precision", "0.1", "--sample-length", "model"],
-    "precision-measured": ["--precision", "0.1", "--sample-length", "measured"],
-    "precision-0.2-measured": ["--precision", "0.2", "--sample-length", "measured"],
-}
+    "sign-test": ["--samples", "5", "--max-samples", "20", "--resolution", "0.05", "--sample-length", "model",
+                  *ALL_SAMPLES],
+    "precision": ["--precision", "0.1", "--sample-length", "model", *ALL_SAMPLES],
+    "precision-measured": ["--precision", "0.1", "--sample-length", "measured", *ALL_SAMPLES],
+    "precision-0.2-measured": ["--precision", "0.2", "--sample-length", "measured", *ALL_SAMPLES],
+    "precision-measured-quiet": ["--precision", "0.1", "--sample-length", "measured", "--max-sample-steal", "0.005"],
+}  # fmt: skip
 
 
 # Each precision rule's --precision, read from its options (the sampling floor is computed at it).
 PRECISION = {name: float(args[args.index("--precision") + 1]) for name, args in RULES.items() if "--precision" in args}
 
 
-def search_run(flows: int, cc: str, rule: str) -> dict:
+def search_run(flows: int, cc: str, rule: str, keep: Path | None = None) -> dict:
+    """One search; with `keep`, its result.json and samples.csv are copied there."""
     with tempfile.TemporaryDirectory(prefix="bsz-rule-") as tmp:
         args = [BUFSIZE, "search", "--flows", str(flows), "--hosts", str(min(flows, 400)), "--cc", cc,
                 "--rate-mbps", "62.5", "--rtt-ms", "87", "--shaper", "line", *RULES[rule],
@@ -51,6 +58,10 @@ def search_run(flows: int, cc: str, rule: str) -> dict:
         if res.returncode not in (0, 3):
             return {"error": res.stderr.strip()[-400:], "wall_s": round(wall, 1)}
         d = json.loads(res.stdout)
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            for name in ("result.json", "samples.csv"):
+                shutil.copyfile(Path(tmp) / name, keep / name)
     return {
         "answer": d["buffer_packets"], "interval": d["uncertain_interval_packets"],
         "converged": d["flags"]["converged"], "valid": d["valid"], "wall_s": round(wall, 1),
@@ -61,6 +72,7 @@ def search_run(flows: int, cc: str, rule: str) -> dict:
         "loss_episodes": d.get("loss_episodes"), "sample_s": sorted({m["sample_s"] for m in d["measurements"]}),
         "commit": d["manifest"]["project_commit"], "loadavg": os.getloadavg()[0],
         "failed_flags": sorted(k for k, v in d["flags"].items() if v is False), "first_guess": d.get("first_guess"),
+        "set_aside": d.get("samples_set_aside_for_steal"), "kept_over_limit": d.get("samples_kept_over_steal_limit"),
         # The machine's state during the search: the many-flow answers move with it (findings.md).
         **cpu_medians(d.get("cpu") or {}),
     }  # fmt: skip
@@ -122,6 +134,10 @@ def report(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def keep_dir(keep: str | None, n: int, cc: str, rule: str, run: int) -> Path | None:
+    return Path(keep) / f"n{n:04d}-{cc}-{rule}-run{run}" if keep else None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--flows", default="100,10")
@@ -131,6 +147,7 @@ def main() -> int:
     ap.add_argument("--rules", default="sign-test,precision", help=f"comma-separated, from {', '.join(RULES)}")
     ap.add_argument("--report", action="store_true")
     ap.add_argument("--code", default="", help="a label for the code under test, kept apart in the report")
+    ap.add_argument("--keep", help="a directory for each search's result.json and samples.csv (by N, cc, rule, run)")
     a = ap.parse_args()
     path = Path(a.out)
     rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -152,7 +169,7 @@ def main() -> int:
                         continue
                     row = {"run": run, "flows": n, "cc": cc, "rule_name": rule, "code": a.code,
                            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                           **search_run(n, cc, rule)}  # fmt: skip
+                           **search_run(n, cc, rule, keep_dir(a.keep, n, cc, rule, run))}  # fmt: skip
                     with path.open("a") as fh:
                         fh.write(json.dumps(row) + "\n")
                     print(json.dumps(row), flush=True)

@@ -39,8 +39,7 @@ def cmd_doctor(a: argparse.Namespace) -> int:
     from bufsize.cautions import idle_report, steal_report
     from bufsize.longlived.presets import format_preset_methods, preset_methods
     from bufsize.monitors.cpu import steal_since_boot, steal_under_wakeups
-    from bufsize.topologies import sysctl
-    from bufsize.topologies.machine import cpuidle_driver, format_report, probe
+    from bufsize.topologies.machine import cpuidle_driver, format_report, halt_poll_ns, probe
 
     caps = probe()
     methods = preset_methods(caps.qdiscs, caps.delayline_built)
@@ -50,8 +49,7 @@ def cmd_doctor(a: argparse.Namespace) -> int:
         "load_s": 2.0,
         "since_boot": round(steal_since_boot(), 4),
     }
-    poll = int(sysctl.read(sysctl.HALT_POLL)) if sysctl.exists(sysctl.HALT_POLL) else None
-    idle = {"driver": cpuidle_driver(), "halt_poll_ns": poll}
+    idle = {"driver": cpuidle_driver(), "halt_poll_ns": halt_poll_ns()}
     if a.json:
         print(json.dumps(caps.to_dict() | {"presets": methods, "steal": steal, "idle": idle}, indent=1))
     else:
@@ -99,6 +97,8 @@ def cmd_search(a: argparse.Namespace) -> int:
                          precision=a.precision, level=a.level, sample_length=a.sample_length or "measured",
                          max_buffer_packets=a.max_buffer_packets, first_guess=not a.no_first_guess, tool=a.tool,
                          fidelity_s=a.fidelity_s)  # fmt: skip
+    if a.max_sample_steal is not None:
+        opts.max_sample_steal = a.max_sample_steal
     opts.validate(cfg)
     if a.print_config:  # resolved and checked; nothing is built
         return print(json.dumps(resolved_config(cfg, opts))) or 0

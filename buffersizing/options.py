@@ -161,6 +161,12 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
     )
     add_tool_arg(p)
     p.add_argument("--fidelity-s", type=float, default=2.0, help="seconds of pacing trace at calibration (0: skip)")
+    p.add_argument(
+        "--max-sample-steal",
+        type=float,
+        help="retake a sample during which the hypervisor took more than this share of the CPUs, up to twice"
+        " a measurement's samples (default 0.005; 0: every sample counts, as before 2026-11-29)",
+    )
 
 
 def add_sweep_args(p: argparse.ArgumentParser) -> None:

@@ -95,6 +95,8 @@ VALID: dict[tuple[str, str], set[str]] = {
     **{(c, "--rtt-ms"): {"0"} for c in ("verify", "flows", "shell")},
     **{(c, "--max-samples"): {"0"} for c in ("search", "sweep", "remote")},  # 0: a fixed count per probe
     **{(c, "--precision"): {"0"} for c in ("search", "sweep", "remote")},  # 0: the precision rule is off
+    # 0 counts every sample; any limit above it retakes the samples stolen past it.
+    **{(c, "--max-sample-steal"): {"0", "1e-9"} for c in ("search", "sweep", "remote")},
     # Syntactically valid host names (whether they resolve is found out when connecting).
     ("remote", "--machine"): {"nan", "inf", "0", "1e308", "9" * 30, "1e-9"},
     ("remote", "--give-up-s"): {"0", "1e-9"},  # 0: give a silent machine up at the first miss

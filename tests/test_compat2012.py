@@ -52,7 +52,7 @@ def test_print_config_resolves_the_2012_sweep_line_and_builds_nothing():
         "relative_to": "reference", "samples": 5, "settle_s": None, "sample_s": None, "max_sample_s": 30.0,
         "sample_length": "measured",
         "resolution": 0.05, "max_samples": 0, "alpha": 0.05, "precision": 0.0, "level": 0.9, "first_guess": True,
-        "tool": "iperf", "fidelity_s": 2.0,
+        "tool": "iperf", "fidelity_s": 2.0, "max_sample_steal": 0.005,
     }  # fmt: skip
     assert cfg["bdp_packets"] == pytest.approx(62.5e6 / 8 * 0.087 / 1514, abs=0.1)
     assert (ours(), run_states()) == before

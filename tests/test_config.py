@@ -296,14 +296,17 @@ def test_the_full_preset_is_the_committed_precision_sweep_and_resumes_it(tmp_pat
     """Since 2026-11-27 the full preset is the precision rule at +-10 % on measured samples, 3 runs:
     exactly the sweep committed in results/full/2026-11-27/ (made by `--preset full --precision 0.1
     --sample-length measured --runs 3` before the preset changed), so `bufsize sweep --preset full
-    --out results/full/2026-11-27` resumes it; the sweep of the rule before is another sweep."""
+    --max-sample-steal 0 --out results/full/2026-11-27` resumes it (every sample counted then; the
+    preset alone is refused, naming the option); the sweep of the rule before is another sweep."""
     import json
 
     from bufsize.longlived.sweep import existing_manifest, make_spec
 
-    full = make_spec("full", None, {}, {})
+    full = make_spec("full", None, {}, {"max_sample_steal": 0.0})
     assert full.runs == 3 and full.search["precision"] == 0.1 and full.search["sample_length"] == "measured"
     assert full.search["samples"] == 3 and full.search["max_samples"] == 0
+    preset_alone = make_spec("full", None, {}, {})
+    assert preset_alone.search == full.search | {"max_sample_steal": 0.005}
     for committed, same in (("2026-11-27", True), ("2026-11-25", False)):
         d = tmp_path / committed
         d.mkdir()
@@ -312,6 +315,8 @@ def test_the_full_preset_is_the_committed_precision_sweep_and_resumes_it(tmp_pat
         (d / "manifest.json").write_text(json.dumps(manifest))
         if same:
             assert existing_manifest(d, full) is not None
+            with pytest.raises(UsageError, match="max_sample_steal was 0.0, now 0.005"):
+                existing_manifest(d, preset_alone)
         else:
             with pytest.raises(UsageError, match="different settings"):
                 existing_manifest(d, full)
@@ -335,6 +340,6 @@ def test_the_theory_preset_is_the_precision_rule_and_its_sign_test_sweep_resumes
     with pytest.raises(UsageError, match="different settings"):
         existing_manifest(tmp_path, theory)
     old = spec_of("--preset", "theory", "--precision", "0", "--samples", "5", "--max-samples", "20",
-                  "--sample-length", "model", "--runs", "5", "--hosts", "100")  # fmt: skip
+                  "--sample-length", "model", "--runs", "5", "--hosts", "100", "--max-sample-steal", "0")  # fmt: skip
     assert existing_manifest(tmp_path, old) is not None
     assert json.loads(committed.read_text())["spec"]["runs"] == old.runs == 5

@@ -135,16 +135,22 @@ def test_each_host_gets_its_own_rtt(no_leftovers):
 def test_halt_poll_is_raised_for_the_run_and_restored_after(no_leftovers):
     """On a KVM guest with the haltpoll idle driver, idle vCPUs poll up to HALT_POLL_NS while a run
     lasts (the steal with which answers moved comes with halted vCPUs waking); elsewhere nothing is
-    written and the dumbbell says there was no poll to set."""
+    written and the dumbbell says there was no poll to set. A run that starts while another holds
+    the poll raised records the machine's own value as before, not the other run's."""
     present = sysctl.exists(sysctl.HALT_POLL)
     before = sysctl.read(sysctl.HALT_POLL) if present else None
     with Dumbbell(DumbbellConfig(hosts=1, rtt_ms=[1.0]), "delayline") as net:
         during = sysctl.read(sysctl.HALT_POLL) if present else None
         recorded = net.halt_poll
+        # (HTB: the first run's line holds the CPU a second line would need in this process.)
+        with Dumbbell(DumbbellConfig(hosts=1, rtt_ms=[1.0], shaper="htb"), "delayline") as second:
+            recorded_second = second.halt_poll
+        assert sysctl.read(sysctl.HALT_POLL) == during  # the first run still holds it
     if not present:
-        assert recorded is None and not sysctl.exists(sysctl.HALT_POLL)
+        assert recorded is None and recorded_second is None and not sysctl.exists(sysctl.HALT_POLL)
         return
     assert int(during) >= HALT_POLL_NS and recorded == {"before_run_ns": int(before), "during_run_ns": int(during)}
+    assert recorded_second == recorded
     assert sysctl.read(sysctl.HALT_POLL) == before
 
 

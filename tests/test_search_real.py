@@ -69,6 +69,15 @@ def test_short_search_result_is_consistent_with_its_probes(no_leftovers, tmp_pat
             assert u == pytest.approx(rate / r["reference_rate_mbps"], rel=1e-3)
     rows = (out / "samples.csv").read_text().strip().splitlines()
     assert len(rows) == 1 + sum(len(m["rates_mbps"]) for m in ms)
+    # Each kept sample has its steal; those set aside were past the limit; the counts add up.
+    limit = r["options"]["max_sample_steal"]
+    assert limit == 0.005 and rows[0].endswith(",steal")
+    assert [float(row.split(",")[-1]) for row in rows[1:]] == [x for m in ms for x in m["sample_steal"]]
+    for m in ms:
+        assert len(m["sample_steal"]) == len(m["rates_mbps"]) and all(0 <= x <= 1 for x in m["sample_steal"])
+        assert all(x > limit for _, x in m["set_aside"]), m["set_aside"]
+    assert r["samples_set_aside_for_steal"] == sum(len(m["set_aside"]) for m in ms)
+    assert r["samples_kept_over_steal_limit"] == sum(x > limit for m in ms for x in m["sample_steal"])
     # Small buffers drop at the bottleneck; the summaries are present and say where.
     assert r["drops"]["bottleneck_buffer"] > 0
     assert isinstance(r["flags"]["no_drops_outside_bottleneck"], bool)
@@ -77,7 +86,7 @@ def test_short_search_result_is_consistent_with_its_probes(no_leftovers, tmp_pat
     for m in ms:
         assert m["queue"]["samples"] > 0 and m["queue"]["max_packets"] <= m["buffer_packets"], m["queue"]
         # The delay line's timekeeping over the same samples (snapshots up to 0.2 s old each).
-        kept, sampled = m["delay_line"], m["sample_s"] * len(m["rates_mbps"])
+        kept, sampled = m["delay_line"], m["sample_s"] * (len(m["rates_mbps"]) + len(m["set_aside"]))
         assert abs(kept["seconds"] - sampled) <= 0.6 + 0.1 * sampled, (kept, sampled)
         assert kept["forward_late_mean_us"] >= 0 and kept["line_lost_ms"] >= 0, kept
     # The recorder ran throughout; on a machine loaded by other runs it falls below 100 Hz, which

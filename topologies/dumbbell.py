@@ -136,9 +136,8 @@ class Dumbbell:
         # a drop there would be a loss outside the bottleneck.
         sysctl.raise_global(self.state, "net.core.netdev_max_backlog", 100_000)
         if sysctl.exists(sysctl.HALT_POLL):
-            before = int(sysctl.read(sysctl.HALT_POLL))
-            sysctl.raise_global(self.state, sysctl.HALT_POLL, HALT_POLL_NS)
-            self.halt_poll = {"before_run_ns": before, "during_run_ns": int(sysctl.read(sysctl.HALT_POLL))}
+            before, during = sysctl.raise_global(self.state, sysctl.HALT_POLL, HALT_POLL_NS)
+            self.halt_poll = {"before_run_ns": before, "during_run_ns": during}
         # Outside the initial namespace a host may only default to an "allowed" congestion control.
         sysctl.allow_congestion_control(self.state, self.cfg.cc)
         run(["ip", "-batch", "-"], input=plan.links(), timeout=300)

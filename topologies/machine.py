@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
 
-from bufsize.topologies import netns
+from bufsize.topologies import netns, sysctl
 from bufsize.topologies.cleanup import teardown
 from bufsize.topologies.delay import HELPER, helper_ready
 from bufsize.topologies.errors import MachineError
@@ -62,6 +62,11 @@ def cpuidle_driver() -> str | None:
         return Path("/sys/devices/system/cpu/cpuidle/current_driver").read_text().strip()
     except OSError:
         return None
+
+
+def halt_poll_ns() -> int | None:
+    """How long an idle vCPU polls before it halts (haltpoll's guest_halt_poll_ns), None without haltpoll."""
+    return int(sysctl.read(sysctl.HALT_POLL)) if sysctl.exists(sysctl.HALT_POLL) else None
 
 
 def kernel_hz() -> int | None:

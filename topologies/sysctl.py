@@ -97,18 +97,22 @@ def _set_global(state: ledger.RunState, name: str, value: str) -> None:
     write(name, value)
 
 
-def raise_global(state: ledger.RunState, name: str, minimum: int) -> None:
-    """Make a numeric global sysctl at least `minimum`, never lowering it.
+def raise_global(state: ledger.RunState, name: str, minimum: int) -> tuple[int, int]:
+    """Make a numeric global sysctl at least `minimum`, never lowering it; returns (the machine's own
+    value, the value now), both read under the lock.
 
     If another live run already raised it, this run records it too, so the first of the two to end
-    does not restore the original under the other. The check and the change are under one hold of
-    the state lock: another run's teardown cannot restore the original between them.
+    does not restore the original under the other; the machine's own value is then the original that
+    run saved, not the raised one. The check and the change are under one hold of the state lock:
+    another run's teardown cannot restore the original between them.
     """
     with ledger.state_lock():
-        raised_by_another = name in _load_originals()
+        originals = _load_originals()
         current = int(read(name))
-        if current < minimum or raised_by_another:
+        if current < minimum or name in originals:
             _set_global(state, name, str(max(current, minimum)))
+        own = int(originals[name]) if name in originals else current
+        return own, int(read(name))
 
 
 def allow_congestion_control(state: ledger.RunState, cc: str) -> None:

@@ -35,8 +35,8 @@ from bufsize.longlived.dynamics import (
 )
 from bufsize.longlived.median_search import MedianSearch, Probe, SearchResult
 from bufsize.longlived.traffic import LongFlows, split_flows
-from bufsize.monitors.cpu import CpuMonitor, steal_note
-from bufsize.monitors.rate import sample_rates
+from bufsize.monitors.cpu import SAMPLE_STEAL_LIMIT, CpuMonitor, steal_note
+from bufsize.monitors.rate import quiet_samples, sample_rates
 from bufsize.monitors.recorder import queue_stats, window
 from bufsize.monitors.tcpstats import counter_delta, read_counters, recovery_shares
 from bufsize.theory.ccrules import rule_for
@@ -60,6 +60,10 @@ RELATIVE_TO = ("reference", "nominal")
 # (issue 30, item 4), or one congestion cycle of the model (the rule of every search before 2026-11-26).
 SAMPLE_LENGTHS = ("measured", "model")
 MIN_EPISODES = 4  # before this many, the model's cycle sets the sample length
+# A measurement retakes at most this many times its samples where the hypervisor took CPU during them
+# (--max-sample-steal): on a machine that stays stolen the search goes on, with the least-stolen
+# samples and a count of them in the result, instead of waiting for a quiet that may not come.
+STEAL_RETAKES = 2
 
 
 @dataclass
@@ -85,6 +89,9 @@ class SearchOptions:
     first_guess: bool = True
     tool: str = "iperf"
     fidelity_s: float = 2.0  # 0 skips the fidelity trace
+    # > 0: a sample during which the hypervisor took more than this share of all CPU time is retaken
+    # (monitors/rate.quiet_samples); 0 keeps every sample, as searches did before 2026-11-29.
+    max_sample_steal: float = SAMPLE_STEAL_LIMIT
 
     def validate(self, cfg: DumbbellConfig) -> None:
         """Every option, then whether a search of this link with this many flows means anything."""
@@ -118,6 +125,7 @@ class SearchOptions:
         if self.max_buffer_packets is not None and not 1 <= self.max_buffer_packets <= 1_000_000:
             raise UsageError(f"--max-buffer-packets {self.max_buffer_packets}: must be from 1 to 1000000")
         check_fidelity_s(self.fidelity_s)
+        check_number("--max-sample-steal", self.max_sample_steal, 0, 0.5, lo_inclusive=True)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -139,6 +147,16 @@ def sample_rule(opts: SearchOptions) -> str:
     return (
         f"{EPISODES_PER_SAMPLE} loss episodes as the queue trace measures them (the model's cycle until "
         f"{MIN_EPISODES} are seen)"
+    )
+
+
+def steal_rule(opts: SearchOptions) -> str:
+    """Which samples count, in words, for the run's log and its result."""
+    if opts.max_sample_steal <= 0:
+        return "every sample counts"
+    return (
+        f"a sample during which the hypervisor took over {opts.max_sample_steal:.1%} of the CPUs is retaken, "
+        f"up to {STEAL_RETAKES} x the samples of a measurement; then the least-stolen count"
     )
 
 
@@ -246,6 +264,10 @@ class Measurement:
     tcp: dict = field(default_factory=dict)  # senders' loss-recovery counters while sampling (monitors/tcpstats.py)
     # The delay line's timekeeping while sampling (delay.timing_between; empty under netem).
     delay_line: dict = field(default_factory=dict)
+    # The hypervisor's share of all CPU time during each kept sample, and the samples set aside for it
+    # ([rate Mb/s, steal], --max-sample-steal); the counts and cpu above span both.
+    sample_steal: list[float] = field(default_factory=list)
+    set_aside: list[list[float]] = field(default_factory=list)
 
     @property
     def loss_rate(self) -> float:
@@ -296,6 +318,7 @@ class LinkProber:
         self.windows: list[tuple[float, float]] = []  # monotonic start, end of each measurement's samples
         self.queue_trace = queue_trace  # the recorder's samples so far (None: no recorder)
         self.loss: list[tuple[float, LossCycle]] = []  # (buffer packets, loss episodes) of each sampled window
+        self.set_aside = 0  # samples retaken for steal so far (the progress line shows each probe's)
 
     def model_cycle(self, buffer_packets: float) -> float:
         cfg = self.net.cfg
@@ -337,7 +360,14 @@ class LinkProber:
         dl = self.net.delayline
         dl0 = dl.stats() if dl else {}
         t_mono = time.monotonic()
-        rates = self.rates(n, timing.sample_s)
+        got = quiet_samples(
+            lambda k: sample_rates(self.counters, k, timing.sample_s, self.sleep),
+            n,
+            self.opts.max_sample_steal,
+            STEAL_RETAKES * n,
+        )
+        rates = got.rates_mbps
+        self.set_aside += len(got.set_aside)
         self.windows.append((t_mono, time.monotonic()))
         self.observe(buffer_bytes / FRAME_BYTES, *self.windows[-1])
         sent = self.counters.read().tx_packets - sent0
@@ -359,6 +389,8 @@ class LinkProber:
             share.to_dict(),
             tcp=tcp,
             delay_line=kept_time or {},
+            sample_steal=[round(x, 4) for x in got.steal],
+            set_aside=[[round(r, 4), round(x, 4)] for r, x in got.set_aside],
         )
         self.measurements.append(m)
         return m.utilization
@@ -430,6 +462,11 @@ def answer_fields(
         "first_guess": first.to_dict() if first else None,
         "stopping_rule": stopping_rule(opts),
         "sample_rule": sample_rule(opts),
+        "steal_rule": steal_rule(opts),
+        "samples_set_aside_for_steal": sum(len(m.set_aside) for m in measurements),
+        "samples_kept_over_steal_limit": sum(
+            1 for m in measurements for x in m.sample_steal if opts.max_sample_steal and x > opts.max_sample_steal
+        ),
         "loss_episodes": loss,
         "crossing": res.crossing.to_dict() if res.crossing else None,
         "calibration_rates_mbps": [round(r, 3) for r in cal_rates],
@@ -455,10 +492,13 @@ def tcp_at(buffer_packets: int, measurements: list[Measurement]) -> dict | None:
 def write_samples_csv(path: Path, measurements: list[Measurement]) -> None:
     with atomic_text(path) as f:
         w = csv.writer(f)
-        w.writerow(["measurement", "buffer_packets", "t_start", "settle_s", "sample", "sample_s", "rate_mbps", "util"])
+        # steal: the hypervisor's share of the CPUs during the sample (empty where not recorded: the twin).
+        head = ["measurement", "buffer_packets", "t_start", "settle_s", "sample", "sample_s", "rate_mbps", "util"]
+        w.writerow([*head, "steal"])
         for i, m in enumerate(measurements):
-            for j, (r, u) in enumerate(zip(m.rates_mbps, m.utilization, strict=True)):
-                w.writerow([i, m.buffer_packets, m.t_start, m.settle_s, j, m.sample_s, r, u])
+            steal = m.sample_steal or [""] * len(m.rates_mbps)
+            for j, (r, u, x) in enumerate(zip(m.rates_mbps, m.utilization, steal, strict=True)):
+                w.writerow([i, m.buffer_packets, m.t_start, m.settle_s, j, m.sample_s, r, u, x])
 
 
 def run_search(
@@ -487,7 +527,8 @@ def run_search(
         flows = ex.start_flows(opts.flows, opts.tool)
         trace = (lambda: ex.recorder.rec.queue) if ex.recorder else None
         prober = LinkProber(ex.net, flows, opts, cfg.rate_mbps, ex.sleep, trace)
-        say(f"  samples: {sample_rule(opts)}")
+        say(f"  samples: {sample_rule(opts)}; {steal_rule(opts)}")
+        aside_before = [0]
         ex.write_partial = lambda d: write_samples_csv(d / "samples.csv", prober.measurements)
         cal_rates: list[float] = []
         search: MedianSearch | None = None
@@ -517,9 +558,11 @@ def run_search(
                 c = search.crossing() if search and opts.precision else None
                 where = f"; crossing {c.packets:.1f} ({c.low:.1f}..{c.high:.1f})" if c else ""
                 stolen = steal_note(prober.measurements[-1].cpu) if prober.measurements else ""
+                aside, aside_before[0] = prober.set_aside - aside_before[0], prober.set_aside
+                retaken = f", {aside} retaken: hypervisor steal" if aside else ""
                 say(
                     f"  probe {len(search.probes) if search else 0:2d}: {p.buffer_packets:5d} packets -> median "
-                    f"{p.median:.2%} {verdict}{extra}{backlog}{stolen} [{len(p.samples)} samples, "
+                    f"{p.median:.2%} {verdict}{extra}{backlog}{stolen} [{len(p.samples)} samples{retaken}, "
                     f"{time.monotonic() - ex.t_wall:.0f} s{where}]"
                 )
 

@@ -27,6 +27,7 @@ from bufsize.longlived.presets import preset
 from bufsize.longlived.search import FirstGuess, SearchOptions, default_samples, run_search
 from bufsize.longlived.traffic import MAX_FLOWS
 from bufsize.manifest import machine_manifest
+from bufsize.monitors.cpu import SAMPLE_STEAL_LIMIT
 from bufsize.options import parse_flow_list
 from bufsize.resultdir import check_out_dir, read_finished, write_json_atomic
 from bufsize.topologies.config import PACER_DEFAULT, DumbbellConfig, parse_rtts, resolve_shaper
@@ -118,6 +119,7 @@ SEARCH_DEFAULTS = {
     "first_guess": True,
     "tool": "iperf",
     "fidelity_s": 2.0,
+    "max_sample_steal": SAMPLE_STEAL_LIMIT,
 }
 LINK_DEFAULTS = {"shaper": "auto", "burst_bytes": None, "delay_backend": "auto", "access_mbps": 1000.0,
                  "loss_recovery": "linux"}  # fmt: skip
@@ -189,7 +191,7 @@ def spec_from_args(a: argparse.Namespace) -> SweepSpec:
     search = {"target": a.target, "relative_to": a.relative_to, "settle_s": a.settle_s, "sample_s": a.sample_s,
               "alpha": a.alpha, "precision": a.precision, "level": a.level,
               "max_buffer_packets": a.max_buffer_packets, "first_guess": not a.no_first_guess,
-              "tool": a.tool, "fidelity_s": a.fidelity_s}  # fmt: skip
+              "tool": a.tool, "fidelity_s": a.fidelity_s, "max_sample_steal": a.max_sample_steal}  # fmt: skip
     return make_spec(a.preset, flows, overrides, search)
 
 
@@ -271,8 +273,9 @@ def existing_manifest(out: Path, spec: SweepSpec) -> dict | None:
     old = {"loss_recovery": "linux", "delayed_ack": True, "sender_pacing": False} | old
     if isinstance(old.get("search"), dict):
         # Search options added since the sweep was made: it ran with their defaults (--precision off).
-        # Samples were the model's cycle long before --sample-length existed.
-        made_before = SEARCH_DEFAULTS | {"sample_length": "model"}
+        # Samples were the model's cycle long before --sample-length existed, and every one counted
+        # before --max-sample-steal.
+        made_before = SEARCH_DEFAULTS | {"sample_length": "model", "max_sample_steal": 0.0}
         old["search"] = {k: v for k, v in made_before.items() if k not in old["search"]} | old["search"]
     now = spec.to_dict()
     if old | {"runs": now["runs"]} == now and isinstance(old.get("runs"), int) and old["runs"] < now["runs"]:

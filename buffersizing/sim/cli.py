@@ -122,12 +122,15 @@ def sim_config(a: argparse.Namespace, flows: int, hosts: int, seed: int) -> SimC
 
 
 def search_options(a: argparse.Namespace, flows: int) -> SearchOptions:
+    if getattr(a, "max_sample_steal", None) is not None:
+        raise UsageError("--max-sample-steal: the twin's samples are simulated; no hypervisor takes their CPU")
     samples = a.samples if a.samples is not None else default_samples(a.precision)
     return SearchOptions(flows, a.target, a.relative_to, samples, a.settle_s, a.sample_s,
                          resolution=a.resolution if a.resolution is not None else 0.05,
                          max_samples=a.max_samples or 0, alpha=a.alpha, precision=a.precision, level=a.level,
                          sample_length=a.sample_length or "measured", max_buffer_packets=a.max_buffer_packets,
-                         first_guess=not a.no_first_guess, tool=a.tool, fidelity_s=a.fidelity_s)  # fmt: skip
+                         first_guess=not a.no_first_guess, tool=a.tool, fidelity_s=a.fidelity_s,
+                         max_sample_steal=0.0)  # fmt: skip
 
 
 def cmd_sim_search(a: argparse.Namespace) -> int:
