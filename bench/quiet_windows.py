@@ -8,7 +8,12 @@ cores' mean: the share of all CPU time, as a search sample measures it). Prints,
 utilization over all windows and over those at or under each steal limit, then every run's windows
 pooled by steal. This is what set monitors/cpu.SAMPLE_STEAL_LIMIT.
 
+With --searches, reads `bufsize search` results instead (result.json, since the searches record each
+sample's steal) and gives each sample its residual, its utilization less the median of the samples
+kept at the same buffer: for the samples kept past the limit, those within it, and those set aside.
+
     .venv/bin/python bench/quiet_windows.py bench/results/halt-poll-2026-11-29/r* --window-s 2
+    .venv/bin/python bench/quiet_windows.py --searches bench/results/steal-retake-ab/*
 """
 
 from __future__ import annotations
@@ -46,11 +51,38 @@ def windows(run: Path, window_s: float) -> tuple[dict, list[tuple[float, float]]
     return result, out
 
 
+def residuals(searches: list[Path], limit: float) -> None:
+    groups: dict[str, list[float]] = {"kept, steal over the limit": [], "kept, within it": [], "set aside": []}
+    for d in searches:
+        r = json.loads((d / "result.json").read_text())
+        kept: dict[int, list[tuple[float, float]]] = defaultdict(list)
+        for m in r["measurements"]:
+            kept[m["buffer_packets"]] += zip(m["utilization"], m.get("sample_steal") or [], strict=True)
+        for m in r["measurements"]:
+            med = statistics.median(u for u, _ in kept[m["buffer_packets"]])
+            groups["set aside"] += [rate / r["reference_rate_mbps"] - med for rate, _ in m.get("set_aside") or []]
+        for xs in kept.values():
+            med = statistics.median(u for u, _ in xs)
+            groups["kept, steal over the limit"] += [u - med for u, s in xs if s > limit]
+            groups["kept, within it"] += [u - med for u, s in xs if s <= limit]
+    print(f"| samples ({len(searches)} searches, limit {limit:.1%}) | count | residual median | 10th percentile |")
+    print("|---|---|---|---|")
+    for name, rs in groups.items():
+        rs.sort()
+        cells = f"{statistics.median(rs):+.2%} | {rs[len(rs) // 10]:+.2%}" if rs else "- | -"
+        print(f"| {name} | {len(rs)} | {cells} |")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("runs", nargs="+", type=Path, help="measure directories")
+    ap.add_argument("runs", nargs="+", type=Path, help="measure directories (search directories with --searches)")
     ap.add_argument("--window-s", type=float, default=2.0)
+    ap.add_argument("--searches", action="store_true", help="the runs are searches: residuals by steal")
+    ap.add_argument("--limit", type=float, default=0.005, help="the steal limit residuals are split at")
     a = ap.parse_args()
+    if a.searches:
+        residuals(a.runs, a.limit)
+        return 0
     pooled: list[tuple[float, float]] = []
     head = " | ".join(f"<= {lim:.1%}" for lim in LIMITS)
     print(f"| run | utilization | steal | windows | {head} |")
