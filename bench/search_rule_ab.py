@@ -53,7 +53,7 @@ def search_run(flows: int, cc: str, rule: str, keep: Path | None = None) -> dict
                 "--rate-mbps", "62.5", "--rtt-ms", "87", "--shaper", "line", *RULES[rule],
                 "--out", tmp, "--force", "--json"]  # fmt: skip
         t0 = time.monotonic()
-        res = subprocess.run(args, capture_output=True, text=True)
+        res = finish_or_tear_down(args)
         wall = time.monotonic() - t0
         if res.returncode not in (0, 3):
             return {"error": res.stderr.strip()[-400:], "wall_s": round(wall, 1)}
@@ -76,6 +76,19 @@ def search_run(flows: int, cc: str, rule: str, keep: Path | None = None) -> dict
         # The machine's state during the search: the many-flow answers move with it (findings.md).
         **cpu_medians(d.get("cpu") or {}),
     }  # fmt: skip
+
+
+def finish_or_tear_down(args: list[str]) -> subprocess.CompletedProcess:
+    """The search's output; on Ctrl-C (the process group's SIGINT, which the search gets too) wait for
+    the search to tear its dumbbell down before stopping. subprocess.run would SIGKILL it half-way and
+    leave its namespaces and settings to `bufsize clean` (2026-11-29: 73 namespaces left so)."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate()
+    except KeyboardInterrupt:
+        proc.wait()
+        raise
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 def cpu_medians(cpu: dict) -> dict:
