@@ -11,6 +11,7 @@ import argparse
 import math
 
 from bufsize.longlived.presets import PRESETS
+from bufsize.monitors.cpu import SAMPLE_STEAL_LIMIT
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import (
     DELAY_BACKENDS,
@@ -165,7 +166,7 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
         "--max-sample-steal",
         type=float,
         help="retake a sample during which the hypervisor took more than this share of the CPUs, up to twice"
-        " a measurement's samples (default 0.005; 0: every sample counts, as before 2026-11-29)",
+        f" a measurement's samples (default {SAMPLE_STEAL_LIMIT:g}; 0: every sample counts, as before 2026-11-29)",
     )
 
 

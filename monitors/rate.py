@@ -59,12 +59,6 @@ class QuietSamples:
     rates_mbps: list[float]  # kept, in the order taken
     steal: list[float]  # of each kept sample
     set_aside: list[tuple[float, float]] = field(default_factory=list)  # (rate Mb/s, steal), in order taken
-    limit: float = 0.0  # the steal past which a sample was retaken (0: none was)
-
-    @property
-    def kept_over(self) -> int:
-        """Kept samples past the limit: the retakes ran out before enough quiet ones came."""
-        return sum(1 for s in self.steal if s > self.limit) if self.limit > 0 else 0
 
 
 def quiet_samples(take: Callable[[int], RateSamples], n: int, max_steal: float, max_retakes: int) -> QuietSamples:
@@ -93,4 +87,4 @@ def quiet_samples(take: Callable[[int], RateSamples], n: int, max_steal: float, 
     keep = set(sorted(range(len(taken)), key=rank)[:n])
     aside = [t for i, t in enumerate(taken) if i not in keep]
     keep_order = sorted(keep)
-    return QuietSamples([taken[i][0] for i in keep_order], [taken[i][1] for i in keep_order], aside, max_steal)
+    return QuietSamples([taken[i][0] for i in keep_order], [taken[i][1] for i in keep_order], aside)

@@ -59,7 +59,7 @@ def test_stolen_samples_are_retaken_and_the_kept_ones_stay_in_order():
     assert got.rates_mbps == [60, 61, 62] and got.steal == [0.0, 0.001, 0.0]
     assert got.set_aside == [(50, 0.03), (40, 0.2)]
     assert sizes == [3, 1, 1]  # only as many again as were stolen, each round
-    assert got.kept_over == 0
+    assert not [s for s in got.steal if s > 0.005]  # none kept past the limit
 
 
 def test_where_the_retakes_run_out_the_least_stolen_fill_in_and_are_counted():
@@ -67,14 +67,14 @@ def test_where_the_retakes_run_out_the_least_stolen_fill_in_and_are_counted():
     got = quiet_samples(take, 3, 0.005, 2)
     assert sizes == [3, 2]
     # Quiet: 60 only; then the least stolen of the rest (45 at 1 %, 50 at 3 %), as taken.
-    assert got.rates_mbps == [50, 60, 45] and got.kept_over == 2
+    assert got.rates_mbps == [50, 60, 45] and sum(s > 0.005 for s in got.steal) == 2
     assert got.set_aside == [(40, 0.2), (30, 0.5)]
 
 
 def test_a_limit_of_zero_keeps_every_sample_as_taken():
     take, sizes = scripted([(50, 0.3), (60, 0.0)])
     got = quiet_samples(take, 2, 0.0, 4)
-    assert got.rates_mbps == [50, 60] and got.set_aside == [] and sizes == [2] and got.kept_over == 0
+    assert got.rates_mbps == [50, 60] and got.set_aside == [] and sizes == [2] and got.steal == [0.3, 0.0]
 
 
 def test_samples_without_a_steal_reading_count_as_quiet():

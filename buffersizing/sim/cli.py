@@ -122,7 +122,7 @@ def sim_config(a: argparse.Namespace, flows: int, hosts: int, seed: int) -> SimC
 
 
 def search_options(a: argparse.Namespace, flows: int) -> SearchOptions:
-    if getattr(a, "max_sample_steal", None) is not None:
+    if a.max_sample_steal is not None:
         raise UsageError("--max-sample-steal: the twin's samples are simulated; no hypervisor takes their CPU")
     samples = a.samples if a.samples is not None else default_samples(a.precision)
     return SearchOptions(flows, a.target, a.relative_to, samples, a.settle_s, a.sample_s,
