@@ -73,6 +73,32 @@ def residuals(searches: list[Path], limit: float) -> None:
         print(f"| {name} | {len(rs)} | {cells} |")
 
 
+LAGS = (-2, -1, 0, 1, 2)
+
+
+def lagged_correlations(run: Path) -> dict[int, float]:
+    """Pearson's r between each CPU-monitor second's steal and the utilization over the same or a
+    later/earlier such second (each cpu.csv row covers the second up to its stamp)."""
+    result = json.loads((run / "result.json").read_text())
+    rates = [(float(r["t_s"]), float(r["rate_mbps"])) for r in csv.DictReader((run / "rate.csv").open())]
+    steal: dict[float, list[float]] = defaultdict(list)
+    for r in csv.DictReader((run / "cpu.csv").open()):
+        steal[float(r["t_s"])].append(float(r["steal"]))
+    ends = sorted(steal)[-round(result["points"][-1]["seconds"]) - 1 : -1]
+    u, s = [], []
+    for prev, end in zip(ends[:-1], ends[1:], strict=True):
+        rs = [v for t, v in rates if prev < t <= end]
+        if rs:
+            u.append(statistics.fmean(rs) / result["reference_rate_mbps"])
+            s.append(statistics.fmean(steal[end]))
+    out = {}
+    for lag in LAGS:
+        a, b = (s[: len(s) - lag], u[lag:]) if lag >= 0 else (s[-lag:], u[: len(u) + lag])
+        if len(a) > 2 and statistics.pstdev(a) > 0 and statistics.pstdev(b) > 0:
+            out[lag] = statistics.correlation(a, b)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", type=Path, help="measure directories (search directories with --searches)")
@@ -97,6 +123,13 @@ def main() -> int:
             cells.append(f"{statistics.fmean(kept):.1%} ({len(kept)})" if kept else "- (0)")
         whole = f"{point['utilization']:.1%} | {point['cpu']['steal']:.1%}"
         print(f"| {run.name} | {whole} | {len(ws)} | {' | '.join(cells)} |")
+    print("\nPer second, the correlation of steal with the rate, steal leading by the lag (median [range] of runs):\n")
+    print("| lag (s) | correlation |")
+    print("|---|---|")
+    per_run = [lagged_correlations(run) for run in a.runs]
+    for lag in LAGS:
+        cs = [c[lag] for c in per_run if lag in c]
+        print(f"| {lag:+d} | {statistics.median(cs):+.2f} [{min(cs):+.2f}..{max(cs):+.2f}] |")
     print(f"\nEvery run's {a.window_s:g} s windows, pooled by their steal:\n")
     print("| steal | windows | utilization median | mean | 10th percentile |")
     print("|---|---|---|---|---|")
