@@ -18,6 +18,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -169,6 +170,10 @@ def main() -> int:
         return 0
     if os.geteuid() != 0:
         sys.exit("run as root")
+    # A bench started in the background from a script (`setsid bash -c '...' &`) inherits SIGINT
+    # ignored, and Python then leaves it so: kill -INT stopped the search but not this loop, which
+    # went on to the next (2026-11-29). Ctrl-C must end the sitting after the search's teardown.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     seen = {(r["flows"], r["cc"], r["rule_name"], r["run"]) for r in rows if r.get("code", "") == a.code}
     names = a.rules.split(",")
     if unknown := set(names) - set(RULES):
@@ -190,4 +195,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:  # the running search has torn its dumbbell down (finish_or_tear_down)
+        sys.exit("stopped; the rows written so far stay, the next sitting resumes after them")
