@@ -18,13 +18,13 @@ import json
 import math
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchproc import finish_or_tear_down, stop_on_sigint
 
 REPO = Path(__file__).resolve().parent.parent
 BUFSIZE = str(REPO / ".venv" / "bin" / "bufsize")
@@ -77,19 +77,6 @@ def search_run(flows: int, cc: str, rule: str, keep: Path | None = None) -> dict
         # The machine's state during the search: the many-flow answers move with it (findings.md).
         **cpu_medians(d.get("cpu") or {}),
     }  # fmt: skip
-
-
-def finish_or_tear_down(args: list[str]) -> subprocess.CompletedProcess:
-    """The search's output; on Ctrl-C (the process group's SIGINT, which the search gets too) wait for
-    the search to tear its dumbbell down before stopping. subprocess.run would SIGKILL it half-way and
-    leave its namespaces and settings to `bufsize clean` (2026-11-29: 73 namespaces left so)."""
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate()
-    except KeyboardInterrupt:
-        proc.wait()
-        raise
-    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 def cpu_medians(cpu: dict) -> dict:
@@ -170,10 +157,8 @@ def main() -> int:
         return 0
     if os.geteuid() != 0:
         sys.exit("run as root")
-    # A bench started in the background from a script (`setsid bash -c '...' &`) inherits SIGINT
-    # ignored, and Python then leaves it so: kill -INT stopped the search but not this loop, which
-    # went on to the next (2026-11-29). Ctrl-C must end the sitting after the search's teardown.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Ctrl-C or kill -INT ends the sitting after the running search's teardown (benchproc).
+    stop_on_sigint()
     seen = {(r["flows"], r["cc"], r["rule_name"], r["run"]) for r in rows if r.get("code", "") == a.code}
     names = a.rules.split(",")
     if unknown := set(names) - set(RULES):

@@ -10,7 +10,9 @@ the initial window the kernel used (seed 000 assumed 2 packets; `--initcwnd 2` i
 
 Sized for a 2-core machine: the seed used 40, 80 and 200 Mb/s; the generator's capacity here
 (bench/results/shortflow-capacity/) sets the rates to 5, 10 and 20 Mb/s. The model says the
-queue depends on the load and the burst sizes only, not on the rate, so the comparison holds.
+queue depends on the load and the burst sizes only, not on the rate, so the comparison holds;
+except for flows of one burst, whose start waits on the queue through their SYN, so that their
+queue grows with RTT x C (bench/results/shortflow-handshake/).
 """
 
 from __future__ import annotations
