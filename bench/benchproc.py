@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
+from collections.abc import Callable
 
 
 def stop_on_sigint() -> None:
@@ -31,3 +33,13 @@ def finish_or_tear_down(args: list[str]) -> subprocess.CompletedProcess:
         proc.wait()
         raise
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+def run_main(main: Callable[[], int], stopped: str) -> None:
+    """Run a bench's main with SIGINT honoured; Ctrl-C ends it with the one line `stopped` (the
+    command it was running has torn its dumbbell down, finish_or_tear_down)."""
+    stop_on_sigint()
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:
+        sys.exit(stopped)

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchproc import finish_or_tear_down, stop_on_sigint
+from benchproc import finish_or_tear_down, run_main
 
 REPO = Path(__file__).resolve().parent.parent
 BUFSIZE = str(REPO / ".venv" / "bin" / "bufsize")
@@ -157,8 +157,6 @@ def main() -> int:
         return 0
     if os.geteuid() != 0:
         sys.exit("run as root")
-    # Ctrl-C or kill -INT ends the sitting after the running search's teardown (benchproc).
-    stop_on_sigint()
     seen = {(r["flows"], r["cc"], r["rule_name"], r["run"]) for r in rows if r.get("code", "") == a.code}
     names = a.rules.split(",")
     if unknown := set(names) - set(RULES):
@@ -180,7 +178,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        raise SystemExit(main())
-    except KeyboardInterrupt:  # the running search has torn its dumbbell down (finish_or_tear_down)
-        sys.exit("stopped; the rows written so far stay, the next sitting resumes after them")
+    run_main(main, "stopped; the rows written so far stay, the next sitting resumes after them")

@@ -42,7 +42,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchproc import finish_or_tear_down, stop_on_sigint
+from benchproc import finish_or_tear_down, run_main
 
 REPO = Path(__file__).resolve().parent.parent
 BUFSIZE = str(REPO / ".venv" / "bin" / "bufsize")
@@ -186,7 +186,6 @@ def main() -> int:
         ap.error("--replay DIR... or --out DIR")
     if os.geteuid() != 0:
         sys.exit("run as root")
-    stop_on_sigint()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -202,7 +201,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        raise SystemExit(main())
-    except KeyboardInterrupt:  # the running point has torn its dumbbell down (finish_or_tear_down)
-        sys.exit("stopped; finished points stay, the next sitting resumes after them")
+    run_main(main, "stopped; finished points stay, the next sitting resumes after them")

@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchproc import stop_on_sigint  # noqa: E402
+from benchproc import run_main  # noqa: E402
 
 from bufsize.shortflows.series import run_series  # noqa: E402
 from bufsize.shortflows.transfer import TransferSpec  # noqa: E402
@@ -44,7 +44,6 @@ def main() -> int:
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root")
-    stop_on_sigint()
     spec = TransferAtWindow(initcwnd=a.initcwnd)
     res = run_series(Path(a.out), spec, spec.points()[0][1].backend())
     print(res)
@@ -52,7 +51,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        raise SystemExit(main())
-    except KeyboardInterrupt:
-        sys.exit("stopped; finished points stay, the same command resumes")
+    run_main(main, "stopped; finished points stay, the same command resumes")
