@@ -19,23 +19,27 @@ def stop_on_sigint() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def finish_or_tear_down(args: list[str]) -> subprocess.CompletedProcess:
-    """Run args and return its output; on Ctrl-C pass one SIGINT on, wait for the teardown, re-raise.
+def finish_or_tear_down(
+    args: list[str], *, capture: bool = True, env: dict[str, str] | None = None, timeout: float | None = None
+) -> subprocess.CompletedProcess:
+    """Run args and return its exit code and (with capture) output; on Ctrl-C or past `timeout`
+    pass one SIGINT on, wait for the teardown, and re-raise (subprocess.run would SIGKILL it).
 
     The child runs in a session of its own, so a terminal's Ctrl-C (sent to the whole foreground
     group) reaches the bench only and the child gets exactly one SIGINT, from here: a second one in
     the instant before its teardown starts could cut the teardown short."""
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    pipe = subprocess.PIPE if capture else None
+    proc = subprocess.Popen(args, stdout=pipe, stderr=pipe, text=True, env=env, start_new_session=True)
     try:
-        out, err = proc.communicate()
-    except KeyboardInterrupt:
+        out, err = proc.communicate(timeout=timeout)
+    except (KeyboardInterrupt, subprocess.TimeoutExpired):
         proc.send_signal(signal.SIGINT)
         proc.wait()
         raise
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
-def run_main(main: Callable[[], int], stopped: str) -> None:
+def run_main(main: Callable[[], int | None], stopped: str) -> None:
     """Run a bench's main with SIGINT honoured; Ctrl-C ends it with the one line `stopped` (the
     command it was running has torn its dumbbell down, finish_or_tear_down)."""
     stop_on_sigint()

@@ -15,10 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from benchproc import finish_or_tear_down, run_main
 
 REPO = Path(__file__).resolve().parents[1]
 BUFSIZE = str(REPO / ".venv" / "bin" / "bufsize")
@@ -29,7 +30,7 @@ def run_one(out: Path, args: list[str]) -> dict:
     res = out / "result.json"
     if not res.exists():
         t0 = time.monotonic()
-        rc = subprocess.run([BUFSIZE, "measure", *args, "--out", str(out), "--force"]).returncode
+        rc = finish_or_tear_down([BUFSIZE, "measure", *args, "--out", str(out), "--force"], capture=False).returncode
         if rc not in (0, 3) or not res.exists():  # 3: a result with a flag, kept and counted as such
             raise SystemExit(f"bufsize measure into {out} failed (exit {rc})")
         (out / "wall_s.txt").write_text(f"{time.monotonic() - t0:.0f}\n")
@@ -96,4 +97,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main, "stopped; finished measures stay, the same command resumes")

@@ -18,9 +18,10 @@ import argparse
 import datetime
 import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
+
+from benchproc import finish_or_tear_down, run_main
 
 REPO = Path(__file__).resolve().parents[1]
 BUFSIZE = str(REPO / ".venv" / "bin" / "bufsize")
@@ -41,7 +42,7 @@ CONFIGS = (
 def run_point(out: Path, name: str, flags: list[str], n: int, run: int, runs: int) -> int:
     cmd = [BUFSIZE, "sweep", "--preset", "full", "--flows", ",".join(map(str, FLOWS)), "--runs", str(runs),
            *flags, "--out", str(out / name), "--points", f"{n}:{run}"]  # fmt: skip
-    return subprocess.run(cmd, check=False).returncode
+    return finish_or_tear_down(cmd, capture=False).returncode
 
 
 def deadline(text: str) -> datetime.datetime:
@@ -112,4 +113,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main, "stopped; finished points stay, the same command resumes")

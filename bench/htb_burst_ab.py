@@ -16,12 +16,13 @@ import hashlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from benchproc import finish_or_tear_down, run_main
 
 REPO = Path(__file__).resolve().parents[1]
 BUFSIZE = str(REPO / ".venv" / "bin" / "bufsize")
@@ -48,7 +49,7 @@ def measure_run(config: str, extra: list[str], duration: float) -> dict:
         args = [BUFSIZE, "measure", *CONFIGS[config], "--rtt-ms", "87", "--duration", str(duration),
                 *extra, "--out", tmp, "--force", "--json"]  # fmt: skip
         t0 = time.monotonic()
-        res = subprocess.run(args, capture_output=True, text=True)
+        res = finish_or_tear_down(args)
         wall = time.monotonic() - t0
         if res.returncode not in (0, 3):
             return {"config": config, "error": res.stderr.strip()[-400:], "wall_s": round(wall, 1)}
@@ -156,4 +157,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main, "stopped; the rows written so far stay")

@@ -18,10 +18,11 @@ import csv
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from benchproc import finish_or_tear_down, run_main
 
 REPO = Path(__file__).resolve().parents[1]
 BUFSIZE = str(REPO / ".venv" / "bin" / "bufsize")
@@ -81,7 +82,7 @@ def run_one(arm: str, d: Path) -> dict:
         env["BUFSIZE_SCRATCH_DIR"] = ARMS[arm]
     t0 = time.time()
     cmd = [BUFSIZE, "measure", *MEASURE, "--out", str(d), "--json"]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    p = finish_or_tear_down(cmd, env=env)
     if not (d / "result.json").exists():
         sys.exit(f"{arm}: bufsize measure failed ({p.returncode}): {p.stderr.strip()[-400:]}")
     r = json.loads((d / "result.json").read_text())
@@ -137,4 +138,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main, "stopped; the rows written so far stay")

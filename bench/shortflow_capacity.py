@@ -15,11 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchproc import finish_or_tear_down, run_main
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -37,7 +38,7 @@ def run_one(rate_per_s: float, seconds: float, out: Path) -> dict:
             "--cc", "cubic", "--buffer-packets", "2000", "--sizes", f"fixed:{PACKETS}", "--load", f"{load:.6f}",
             "--duration", f"{seconds + 2:g}", "--warmup-s", "2", "--out", str(out), "--force", "--json"]  # fmt: skip
     t0 = time.monotonic()
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 300)
+    res = finish_or_tear_down(argv, timeout=seconds + 300)
     wall = time.monotonic() - t0
     if res.returncode not in (0, 3):
         return {"asked_per_s": rate_per_s, "error": res.stderr.strip().splitlines()[-1:]}
@@ -133,4 +134,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main, "stopped; the runs written so far stay")
