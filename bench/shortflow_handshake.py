@@ -69,7 +69,7 @@ def handshake_model(
 
     With coupled=False the burst comes one RTT after the SYN arrived instead: the same frames and
     load, without the queue's hold on when bursts start (the control)."""
-    events = [(t, 0, i) for i, t in enumerate(starts)]  # 0: SYN, 1: a later frame (no successor)
+    events = [(t, 0, i) for i, t in enumerate(starts)]  # kind 0: a SYN; else the size of a frame that ends its line
     heapq.heapify(events)
     last = float("-inf")
     waited = 0.0
