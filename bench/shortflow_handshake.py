@@ -45,21 +45,41 @@ from pathlib import Path
 from benchproc import finish_or_tear_down, run_main
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bufsize.shortflows.stats import size_packets  # noqa: E402
+from bufsize.topologies import FRAME_BYTES as FRAME  # noqa: E402
+
 BUFSIZE = str(REPO / ".venv" / "bin" / "bufsize")
-FRAME = 1514  # a full segment on the wire (1448 bytes of payload, timestamps on)
 SYN, SMALL = 74, 66  # a SYN with its options; a bare ACK or FIN
-MSS = 1448
+
+
+class IdealFifo:
+    """A FIFO served at exactly `rate_bps`, fed in time order; it sums the bytes waiting (arrived,
+    not yet being sent, as the line's counter) over the window [lo, hi]."""
+
+    def __init__(self, rate_bps: float, lo: float, hi: float) -> None:
+        self.rate_bps, self.lo, self.hi = rate_bps, lo, hi
+        self.free_at = float("-inf")
+        self.waited = 0.0
+
+    def add(self, t: float, size: int) -> float:
+        """One frame arriving at t; returns when it has left."""
+        start = max(t, self.free_at)
+        self.free_at = start + size * 8 / self.rate_bps
+        self.waited += size * max(0.0, min(start, self.hi) - max(t, self.lo))
+        return self.free_at
+
+    def mean_waiting(self) -> float:
+        """In full frames."""
+        return self.waited / (self.hi - self.lo) / FRAME
 
 
 def mean_waiting(frames: list[tuple[float, int]], rate_bps: float, lo: float, hi: float) -> float:
-    """Mean bytes waiting (arrived, not yet being sent) over [lo, hi], in full frames, at a FIFO served at rate."""
-    last = float("-inf")
-    waited = 0.0
+    fifo = IdealFifo(rate_bps, lo, hi)
     for t, size in sorted(frames):
-        start = max(t, last)
-        last = start + size * 8 / rate_bps
-        waited += size * max(0.0, min(start, hi) - max(t, lo))
-    return waited / (hi - lo) / FRAME
+        fifo.add(t, size)
+    return fifo.mean_waiting()
 
 
 def handshake_model(
@@ -71,21 +91,17 @@ def handshake_model(
     load, without the queue's hold on when bursts start (the control)."""
     events = [(t, 0, i) for i, t in enumerate(starts)]  # kind 0: a SYN; else the size of a frame that ends its line
     heapq.heapify(events)
-    last = float("-inf")
-    waited = 0.0
+    fifo = IdealFifo(rate_bps, lo, hi)
     while events:
         t, kind, i = heapq.heappop(events)
-        size = SYN if kind == 0 else kind
-        start = max(t, last)
-        last = start + size * 8 / rate_bps
-        waited += size * max(0.0, min(start, hi) - max(t, lo))
+        left = fifo.add(t, SYN if kind == 0 else kind)
         if kind == 0:  # the burst and the handshake's last ACK, then the FIN and the ACK of the peer's FIN
-            burst = (last if coupled else t) + rtt_s
+            burst = (left if coupled else t) + rtt_s
             for size in [SMALL] + [FRAME] * packets[i]:
                 heapq.heappush(events, (burst, size, i))
             for size in (SMALL, SMALL):
                 heapq.heappush(events, (burst + rtt_s, size, i))
-    return waited / (hi - lo) / FRAME
+    return fifo.mean_waiting()
 
 
 def analyse(run: Path) -> dict:
@@ -96,7 +112,7 @@ def analyse(run: Path) -> dict:
         rows = list(csv.DictReader(f))
     rate = r["nominal_rate_mbps"] * 1e6
     rtt = float(r["config"]["rtt_ms"][0]) / 1e3
-    packets = [round(float(x["size_bytes"]) / MSS) for x in rows]
+    packets = [size_packets(int(x["size_bytes"])) for x in rows]
     iw = r["model"].get("initial_window")
     if iw is None or max(packets) > iw:
         raise SystemExit(f"{run}: flows of one burst only (length <= initial window {iw})")
