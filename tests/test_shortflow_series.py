@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import pytest
 
@@ -34,6 +35,32 @@ def test_a_series_directory_refuses_other_settings(tmp_path) -> None:
     open_series(tmp_path, Fig10Spec(), "delayline")  # the same settings resume
     with pytest.raises(UsageError, match="other settings"):
         open_series(tmp_path, Fig10Spec(duration_s=10), "delayline")
+
+
+def test_a_series_made_before_a_setting_existed_resumes_at_its_default_only(tmp_path) -> None:
+    from bufsize.shortflows.transfer import TransferSpec
+
+    made = asdict(TransferSpec())
+    for k in ("initcwnd", "max_window"):  # a transfer series from before these two settings
+        del made[k]
+    (tmp_path / "series.json").write_text(json.dumps({"experiment": "transfer", "spec": made}))
+    open_series(tmp_path, TransferSpec(), "delayline")
+    for changed in (TransferSpec(max_window=20), TransferSpec(initcwnd=2)):
+        with pytest.raises(UsageError, match="other settings"):
+            open_series(tmp_path, changed, "delayline")
+
+
+def test_transfer_points_carry_the_initial_window_and_the_window_cap() -> None:
+    from bufsize.shortflows.transfer import TransferSpec
+
+    plain = TransferSpec().points()
+    assert {(o.initcwnd, o.max_window, o.max_window_bytes()) for *_, o in plain} == {(None, None, 0)}
+    capped = TransferSpec(initcwnd=2, max_window=20).points()
+    assert len(capped) == len(plain) == 4
+    assert {(o.initcwnd, o.max_window, o.max_window_bytes()) for *_, o in capped} == {(2, 20, 20 * 1448)}
+    for bad in (1, 1001):
+        with pytest.raises(UsageError, match="--max-window"):
+            TransferSpec(max_window=bad).validate()
 
 
 def fake_result(mean_q: float, f10: float) -> dict:

@@ -57,6 +57,28 @@ def test_every_transfer_is_recorded_once_with_the_initial_window_asked(no_leftov
 
 
 @pytest.mark.integration
+def test_a_capped_window_holds_each_transfer_to_that_many_packets_a_round_trip(no_leftovers, tmp_path):
+    """Two users each send two 200-packet transfers from an initial window of 4, windows capped at
+    4 packets: the receiver's clamp allows 4 packets a round trip, so each takes at least 50 RTTs
+    (the handshake's and 49 windows, then half a round trip), where an uncapped one takes about 7
+    (slow start from 4 is past 200 packets in six rounds)."""
+    out = tmp_path / "capped"
+    rtt_s = 0.04
+    res = bufsize(
+        "shortflows", "--hosts", "2", "--rate-mbps", "100", "--rtt-ms", "40", "--cc", "reno",
+        "--buffer-packets", "300", "--sizes", "fixed:200", "--users", "2", "--think-s", "0.01", "--transfers", "2",
+        "--initcwnd", "4", "--max-window", "4", "--warmup-s", "0", "--out", str(out), "--json", timeout=240,
+    )  # fmt: skip
+    assert res.returncode in (0, 3), res.stderr
+    r = json.loads(res.stdout)
+    assert r["transfers"]["all"] == {"started": 4, "done": 4, "failed": 0, "unfinished": 0}
+    assert r["transfers"]["generator"]["window_cap"] == {"bytes": 4 * MSS_BYTES, "kept": 4, "lost": 0}
+    assert r["options"]["max_window"] == 4
+    fct = sorted(float(x["fct_s"]) for x in csv.DictReader((out / "transfers.csv").open()))
+    assert fct[0] >= (200 / 4) * rtt_s * 0.95, fct
+
+
+@pytest.mark.integration
 def test_stopping_mid_transfer_records_the_unfinished(no_leftovers):
     cfg = DumbbellConfig(hosts=2, rate_mbps=20, rtt_ms=[20.0, 20.0])
     # Four users sending 2 MB back to back: at 20 Mb/s each transfer takes a few seconds, so some

@@ -111,6 +111,9 @@ def test_model_beside_uses_the_lengths_sent_and_the_initial_window() -> None:
     assert m10["burst_moments"]["e1"] == pytest.approx(7.0)
     assert m10["mean_queue_packets_f10"] > m2["mean_queue_packets_f10"]
     assert model_beside(rows, 1.2, 2)["available"] is False
+    # Capped at 4 packets in flight, IW 2: bursts 2, 4, 4, 4: E[X] = 14/4.
+    m_cap = model_beside(rows, 0.8, 2, max_window=4)
+    assert m_cap["burst_moments"]["e1"] == pytest.approx(3.5) and m_cap["max_window"] == 4
 
 
 def test_line_time_lost_over_the_window_flags_a_stall() -> None:

@@ -48,6 +48,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--long-warmup-s", type=float,
                    help="seconds the long flows run before the short ones (default: one cycle, >= 15)")  # fmt: skip
     p.add_argument("--initcwnd", type=int, help="senders' initial window in packets (default: the kernel's, 10)")
+    p.add_argument("--max-window", type=int,
+                   help="cap every short transfer's window at this many packets, as ns-2's window_ (default: none;"
+                   " long flows are not capped)")  # fmt: skip
     p.add_argument("--ladder", help="then step the buffer down in place to these packets, e.g. 100,50,20 (Fig 12)")
     p.add_argument("--ladder-window-s", type=float, default=30.0,
                    help="seconds measured at the first buffer and at each ladder step (default 30)")  # fmt: skip
@@ -73,7 +76,11 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     e.add_argument(
         "--lengths", help="fig10, fig12: flow lengths in packets (default 2,6,14,16,30,62,100; 2,14,30,62,100)"
     )
-    e.add_argument("--initcwnd", type=int, help="fig10: senders' initial window (default 2, as seed 000 assumes)")
+    e.add_argument("--initcwnd", type=int,
+                   help="fig10, transfer: senders' initial window (default: fig10 2, as seed 000 assumes; transfer"
+                   " the kernel's 10)")  # fmt: skip
+    e.add_argument("--max-window", type=int,
+                   help="transfer: cap every transfer's window at this many packets (ns-2's window_: 20)")  # fmt: skip
     e.add_argument("--hosts", type=int, help="fig10: sender hosts (default 10)")
     e.add_argument("--workloads", help="loss: any of P (persistent), C (closed loop), O (open loop) (default P,C,O)")
     e.add_argument("--buffers", help="loss: buffers in packets (default 18,50,100,250,500)")
@@ -90,13 +97,14 @@ EXPERIMENTS = {
     "fig12": (Fig12Spec, ("rates", "lengths"), "window_s"),
     "loss": (LossSpec, ("workloads", "buffers", "users"), "duration_s"),
     "mix": (MixSpec, ("long_flows",), "duration_s"),
-    "transfer": (TransferSpec, ("users",), "duration_s"),
+    "transfer": (TransferSpec, ("users", "initcwnd", "max_window"), "duration_s"),
 }
 # Each option: the spec field it sets and how its text becomes the value.
 FIELDS = {
     "rates": ("rates_mbps", lambda t: options.parse_float_list("--rates", t, 0, 1000)),
     "lengths": ("lengths", lambda t: whole_numbers("--lengths", t)),
     "initcwnd": ("initcwnd", int),
+    "max_window": ("max_window", int),
     "hosts": ("hosts", int),
     "workloads": ("workloads", lambda t: [w.strip().upper() for w in t.split(",")]),
     "buffers": ("buffers", lambda t: whole_numbers("--buffers", t)),
@@ -155,8 +163,8 @@ def run(a: argparse.Namespace) -> int:
     )  # fmt: skip
     ladder = whole_numbers("--ladder", a.ladder) if a.ladder is not None else []
     opts = ShortFlowOptions(
-        workload, a.flows, a.warmup_s, a.initcwnd, a.tool, a.fidelity_s, long_warmup_s=a.long_warmup_s,
-        ladder_packets=ladder, ladder_window_s=a.ladder_window_s,
+        workload, a.flows, a.warmup_s, a.initcwnd, a.max_window, a.tool, a.fidelity_s,
+        long_warmup_s=a.long_warmup_s, ladder_packets=ladder, ladder_window_s=a.ladder_window_s,
     )  # fmt: skip
     opts.validate()
     cfg = options.config_from_args(a)

@@ -59,9 +59,12 @@ class ShortFlows:
     """The short-flow workload of one experiment: senders are the dumbbell's hosts, the sink listens
     on the receiver at `port` (one of the run's ports, so the cwnd monitor can see these flows)."""
 
-    def __init__(self, net: Dumbbell, workload: Workload, port: int, grace_s: float = 5.0) -> None:
+    def __init__(
+        self, net: Dumbbell, workload: Workload, port: int, grace_s: float = 5.0, max_window_bytes: int = 0
+    ) -> None:
         workload.validate()
         self.net, self.workload, self.port, self.grace_s = net, workload, port, grace_s
+        self.max_window_bytes = max_window_bytes  # 0: no cap; else the receiver's clamp on every transfer
         self.dir = net.state.workdir / "shortflows"
         self.proc: subprocess.Popen | None = None
         self.t0: float | None = None
@@ -83,6 +86,7 @@ class ShortFlows:
             "grace_s": self.grace_s,
             # --sender-pacing on: every transfer's socket paced by its TCP, as the long flows' are
             "pacing_cap_bps": pacing_cap_bps(cfg.access_mbps, cfg.rate_mbps) if cfg.sender_pacing else 0,
+            "max_window_bytes": self.max_window_bytes,
         }
         write_atomic(self.dir / "spec.json", json.dumps(spec, indent=1))
         argv = [sys.executable, "-m", "bufsize.shortflows.generator", str(self.dir / "spec.json")]

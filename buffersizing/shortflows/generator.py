@@ -47,6 +47,7 @@ TCP_INFO_BYTES = 232
 TCP_INFO_MIN = 104  # through tcpi_total_retrans: every kernel since 2.6
 TCP_INFO_U32 = struct.Struct("=8B24I")  # state .. wscale bytes, then rto .. total_retrans
 SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)  # asm-generic/socket.h
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)  # SO_RCVBUF, not capped at rmem_max (root only)
 
 
 @dataclass
@@ -93,6 +94,9 @@ class Generator:
         self.addr = (spec["receiver_ip"], int(spec["port"]))
         self.grace_s = float(spec.get("grace_s", 5.0))
         self.pacing_cap_bps = int(spec.get("pacing_cap_bps") or 0)  # 0: the kernel's, unpaced
+        self.max_window_bytes = int(spec.get("max_window_bytes") or 0)  # 0: no cap but the kernel's
+        # Transfers whose receiving socket still held the cap when it closed, and those that did not.
+        self.clamp_counts = {"kept": 0, "lost": 0}
         self.transfers: dict[int, Transfer] = {}
         self.running: dict[int, asyncio.Task] = {}
         self.next_id = 1
@@ -127,6 +131,8 @@ class Generator:
                 n = await loop.sock_recv_into(conn, buf)
                 if n == 0:
                     break
+                if got == 0 and self.max_window_bytes:
+                    self.cap_window(conn)
                 if size is None:
                     head += bytes(buf[: min(n, HEADER.size - len(head))])
                     if len(head) == HEADER.size:
@@ -142,6 +148,8 @@ class Generator:
         finally:
             if tr is None:
                 self.counts["connections_without_transfer"] += 1
+            if self.max_window_bytes and got:
+                self.count_clamp(conn)
             conn.close()
 
     # ---- the senders --------------------------------------------------------------------------
@@ -253,6 +261,11 @@ class Generator:
             loop.add_signal_handler(sig, self.stopping.set)
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if self.max_window_bytes:
+            # Locked, so the kernel's receive-buffer tuning cannot raise the clamp with the buffer
+            # (tcp_rcv_space_adjust); accepted sockets inherit it. Eight times the cap (the kernel
+            # doubles what it is given) leaves the window, not the buffer, the limit.
+            listener.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 4 * self.max_window_bytes)
         listener.bind(self.addr)
         listener.listen(4096)
         listener.setblocking(False)
@@ -296,6 +309,22 @@ class Generator:
         self.sockets.close()
         self.write_summary(t_arrivals_end)
 
+    def cap_window(self, conn: socket.socket) -> None:
+        """The connection advertises at most max_window_bytes from now on, so its sender keeps at
+        most that much in flight (ns-2's `window_`). Set on the accepted socket once its first data
+        are in, not on the listener: this kernel (6.18) resets a connection's clamp to what its
+        receive buffer allows whenever its estimate of the sender's segment size grows, which the
+        first full segment does; after that no segment is larger. Before it, the sender's initial
+        window is the limit (bench/results/window-cap/)."""
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_WINDOW_CLAMP, self.max_window_bytes)
+
+    def count_clamp(self, conn: socket.socket) -> None:
+        try:
+            kept = conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_WINDOW_CLAMP) == self.max_window_bytes
+        except OSError:
+            kept = False
+        self.clamp_counts["kept" if kept else "lost"] += 1
+
     async def flush_every_second(self) -> None:
         while True:
             await asyncio.sleep(1.0)
@@ -312,6 +341,7 @@ class Generator:
             "late_max_s": round(self.late_max_s, 4),
             "stopped_early": self.stopping.is_set(),
             "size_distribution": self.dist.to_dict(),
+            "window_cap": {"bytes": self.max_window_bytes, **self.clamp_counts} if self.max_window_bytes else None,
         }
         write_atomic(self.spec["summary"], json.dumps(summary, indent=1))
 

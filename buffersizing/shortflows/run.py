@@ -40,7 +40,7 @@ from bufsize.shortflows.stats import (
     throughput_distribution,
     transfer_counts,
 )
-from bufsize.shortflows.workload import Workload
+from bufsize.shortflows.workload import MSS_BYTES, Workload
 from bufsize.theory import model
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
@@ -51,6 +51,9 @@ from bufsize.topologies.units import check_buffer_bytes, check_number, packets_t
 MAX_LINE_LOST = 0.001  # of the measured window; quiet runs lose nothing (bench/results/line-quick-n10*)
 MAX_LATE_P99_S = 0.02  # open-loop arrivals later than this (p99) mean the generator fell behind
 SHORT_WARMUP_S = 2.0
+# One segment is under the kernel's smallest clamp (SOCK_MIN_RCVBUF / 2, about 1.9 KB); a cap of 1000
+# (1.4 MB, and 8 times that of receive buffer a connection) is past any short flow's reach here.
+MIN_WINDOW_PACKETS, MAX_WINDOW_PACKETS = 2, 1000
 WAIT_LIMIT_S = 6 * 3600.0
 
 
@@ -60,6 +63,9 @@ class ShortFlowOptions:
     long_flows: int = 0
     warmup_s: float = SHORT_WARMUP_S  # of the short flows, before the measured window
     initcwnd: int | None = None  # None: the kernel's (10)
+    # The short transfers' window cap in full segments (ns-2's `window_`, 20 unless told otherwise);
+    # None: only the kernel's buffers limit it. The long flows are not capped.
+    max_window: int | None = None
     tool: str = "iperf"
     fidelity_s: float = 0.0
     grace_s: float = 5.0
@@ -85,6 +91,10 @@ class ShortFlowOptions:
             raise UsageError(f"--warmup-s {self.warmup_s:g} leaves nothing of --duration {d:g} to measure")
         if self.initcwnd is not None and not 1 <= self.initcwnd <= 1000:
             raise UsageError(f"--initcwnd {self.initcwnd}: must be from 1 to 1000 packets")
+        if self.max_window is not None and not MIN_WINDOW_PACKETS <= self.max_window <= MAX_WINDOW_PACKETS:
+            raise UsageError(
+                f"--max-window {self.max_window}: must be from {MIN_WINDOW_PACKETS} to {MAX_WINDOW_PACKETS} packets"
+            )
         check_fidelity_s(self.fidelity_s)
         check_number("grace", self.grace_s, 0, 600, lo_inclusive=True)
         if self.long_warmup_s is not None:
@@ -101,16 +111,21 @@ class ShortFlowOptions:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def max_window_bytes(self) -> int:
+        return self.max_window * MSS_BYTES if self.max_window is not None else 0
 
-def model_beside(rows: list[dict], load: float, iw: int) -> dict:
-    """F9-F11 for the transfers sent: bursts of each length in slow start from the initial window."""
+
+def model_beside(rows: list[dict], load: float, iw: int, max_window: int | None = None) -> dict:
+    """F9-F11 for the transfers sent: bursts of each length in slow start from the initial window,
+    none larger than the window cap if there is one."""
     if not rows or not 0 < load < 1:
         return {"available": False, "reason": f"needs short flows only at a load below 1 (measured {load:.3f})"}
     mix = Counter(size_packets(r["size_bytes"]) for r in rows)
-    m = model.flow_mix_moments(list(mix.items()), iw=iw)
+    m = model.flow_mix_moments(list(mix.items()), iw=iw, max_window_packets=max_window)
     return {
         "available": True,
         "initial_window": iw,
+        "max_window": max_window,
         "load": round(load, 4),
         "burst_moments": {"e1": round(m.e1, 4), "e2": round(m.e2, 4), "e3": round(m.e3, 4)},
         "mean_queue_packets_f10": round(model.mean_queue_packets(load, m), 3),
@@ -180,10 +195,11 @@ def run_shortflows(
         port = net.state.ports().stop - 1
         if not opts.long_flows:  # the cwnd trace follows the short flows (how many are in CA)
             ex.start_recorder(range(port, port + 1))
-        sf = ShortFlows(net, w, port, opts.grace_s)
+        sf = ShortFlows(net, w, port, opts.grace_s, opts.max_window_bytes())
         ex.checks.append(sf.check_process)
         t0 = sf.start()
-        say(f"  short flows started: {sf.arrival_rate_per_s:.1f} arrivals/s open loop, {w.users} users")
+        capped = f", windows capped at {opts.max_window} packets" if opts.max_window is not None else ""
+        say(f"  short flows started: {sf.arrival_rate_per_s:.1f} arrivals/s open loop, {w.users} users{capped}")
         with net.bottleneck.counters() as counters:
             ex.sleep(opts.warmup_s)
             before = {"c": counters.read(), "drops": net.bottleneck.leaf_drops()}
@@ -311,7 +327,7 @@ def summarize(
         "fct_by_size": fct_by_size(in_window),
     }
     if opts.long_flows == 0:
-        fields["model"] = model_beside(in_window, load, iw)
+        fields["model"] = model_beside(in_window, load, iw, opts.max_window)
     else:
         fields["model"] = {"available": False, "reason": "the burst model (F10, F11) is for short flows only"}
         acked0, acked1 = before.get("acked", {}), after.get("acked", {})

@@ -44,7 +44,9 @@ def open_series(out: Path, spec: SeriesSpec, backend: str) -> None:
             old = json.loads(path.read_text())
         except ValueError as e:
             raise UsageError(f"{path} is not a series file ({e}); choose another --out") from e
-        if {k: old.get(k) for k in mine} != mine:
+        # A setting added since the directory was made reads as its default (it was the only value then).
+        old_spec = asdict(type(spec)()) | (old.get("spec") or {})  # type: ignore[call-overload]
+        if {k: old.get(k) for k in mine} | {"spec": old_spec} != mine:
             raise UsageError(f"{out} holds a series with other settings; re-run its command or choose another --out")
         return
     write_json_atomic(path, mine | {"machine": machine_manifest(backend, spec.cc)})

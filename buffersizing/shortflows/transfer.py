@@ -43,6 +43,10 @@ class TransferSpec:
     cc: str = "reno"
     seed: int = 1
     experiment: str = "transfer"
+    # ns-2's TCP, which the seed ran, starts at 2 packets and caps the window at 20 (windowInit_,
+    # window_); None here: Linux's 10 and no cap but the buffers'.
+    initcwnd: int | None = None
+    max_window: int | None = None
 
     def validate(self) -> None:
         if not self.rtts_ms:
@@ -64,7 +68,7 @@ class TransferSpec:
             w = Workload(sizes="web", users=self.users, think_s=self.think_s, think="pareto",
                          duration_s=self.warmup_s + self.duration_s, seed=self.seed)  # fmt: skip
             for kind in BUFFERS:
-                opts = ShortFlowOptions(w, 0, self.warmup_s)
+                opts = ShortFlowOptions(w, 0, self.warmup_s, self.initcwnd, max_window=self.max_window)
                 out.append((f"rtt{rtt:g}-{kind}", cfg, packets_to_bytes(self.buffer_packets(rtt, kind)), opts))
         return out
 

@@ -90,6 +90,8 @@ def run_point(cfg: DumbbellConfig, buffer_bytes: int, opts: ShortFlowOptions, se
     w.validate()
     if w.duration_s is None:
         raise UsageError("the twin runs short flows for a --duration, not a number of --transfers")
+    if opts.max_window is not None:
+        raise UsageError("the twin does not cap the window (--max-window): its receive buffers are 64 MB")
     if opts.initcwnd is not None:  # the series' own initial window (mix: 2), as the emulation sets it
         tcp = replace(tcp, iw=opts.initcwnd)
     sc = sim_config(cfg, seed, tcp)
