@@ -106,6 +106,11 @@ def test_loss_points_reproduce_seed_001_traffic() -> None:
     c, o = pts["C-b18"][2], pts["O-b500"][2]
     assert c.long_flows == 0 and c.workload.users == 600 and c.workload.think_s == 5 and c.workload.load == 0
     assert o.workload.load == 0.95 and o.workload.users == 0 and o.workload.sizes == c.workload.sizes
+    assert {o.max_window for *_, o in spec.points()} == {None}
+    capped = LossSpec(workloads=["C", "O"], buffers=[18], max_window=20)
+    assert {(n, o.max_window) for n, _, _, o in capped.points()} == {("C-b18", 20), ("O-b18", 20)}
+    with pytest.raises(UsageError, match="P's persistent flows"):
+        LossSpec(max_window=20).validate()
 
 
 def test_loss_table_sets_measurement_beside_seed_001_and_f16(tmp_path) -> None:

@@ -80,7 +80,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="fig10, transfer: senders' initial window (default: fig10 2, as seed 000 assumes; transfer"
                    " the kernel's 10)")  # fmt: skip
     e.add_argument("--max-window", type=int,
-                   help="transfer: cap every transfer's window at this many packets (ns-2's window_: 20)")  # fmt: skip
+                   help="transfer, loss (C, O): cap every transfer's window at this many packets"
+                   " (ns-2's window_: 20)")  # fmt: skip
     e.add_argument("--hosts", type=int, help="fig10: sender hosts (default 10)")
     e.add_argument("--workloads", help="loss: any of P (persistent), C (closed loop), O (open loop) (default P,C,O)")
     e.add_argument("--buffers", help="loss: buffers in packets (default 18,50,100,250,500)")
@@ -95,7 +96,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 EXPERIMENTS = {
     "fig10": (Fig10Spec, ("rates", "lengths", "initcwnd", "hosts"), "duration_s"),
     "fig12": (Fig12Spec, ("rates", "lengths"), "window_s"),
-    "loss": (LossSpec, ("workloads", "buffers", "users"), "duration_s"),
+    "loss": (LossSpec, ("workloads", "buffers", "users", "max_window"), "duration_s"),
     "mix": (MixSpec, ("long_flows",), "duration_s"),
     "transfer": (TransferSpec, ("users", "initcwnd", "max_window"), "duration_s"),
 }

@@ -55,6 +55,8 @@ class LossSpec:
     cc: str = "reno"
     seed: int = 1
     experiment: str = "loss"
+    # ns-2's window cap (window_, 20 unless told otherwise) on every transfer; None: Linux's (none).
+    max_window: int | None = None
 
     def validate(self) -> None:
         bad = [w for w in self.workloads if w not in WORKLOADS]
@@ -62,6 +64,9 @@ class LossSpec:
             raise UsageError(f"--workloads: each of P, C, O (got {','.join(self.workloads)})")
         if not self.buffers:
             raise UsageError("give at least one buffer")
+        if self.max_window is not None and "P" in self.workloads:
+            raise UsageError("--max-window caps the short-flow generator's transfers; P's persistent flows are"
+                             " iperf's and would run uncapped: give --workloads C,O")  # fmt: skip
         for b in self.buffers:
             check_buffer_bytes(packets_to_bytes(b), "--buffers")
         for p in self.points():
@@ -86,8 +91,9 @@ class LossSpec:
             w, long_flows = self.workload(kind)
             for b in self.buffers:
                 opts = ShortFlowOptions(
-                    w, long_flows, self.warmup_s, long_warmup_s=self.warmup_s if long_flows else None
-                )
+                    w, long_flows, self.warmup_s, max_window=self.max_window,
+                    long_warmup_s=self.warmup_s if long_flows else None,
+                )  # fmt: skip
                 out.append((f"{kind}-b{b}", cfg, packets_to_bytes(b), opts))
         return out
 
