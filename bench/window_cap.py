@@ -36,18 +36,19 @@ sys.path.insert(0, str(REPO))
 
 from benchproc import run_main  # noqa: E402
 
+from bufsize.shortflows.generator import SO_RCVBUFFORCE  # noqa: E402
+from bufsize.shortflows.workload import MSS_BYTES as MSS  # noqa: E402
 from bufsize.theory.model import slow_start_bursts  # noqa: E402
 from bufsize.topologies.config import DumbbellConfig  # noqa: E402
 from bufsize.topologies.dumbbell import Dumbbell  # noqa: E402
 from bufsize.topologies.netns import in_ns  # noqa: E402
+from bufsize.topologies.units import packets_to_bytes  # noqa: E402
 
-MSS = 1448
 PACKETS = 200
 RTT_S = 0.04
 IW = 4
 PORT = 5999
 MODES = ("none", "listener", "accepted")
-SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 
 
 def receive(mode: str, cap: int, ip: str) -> None:
@@ -142,7 +143,7 @@ def main() -> int:
     caps = [int(c) for c in a.caps.split(",")]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    cfg = DumbbellConfig(hosts=1, rate_mbps=100, rtt_ms=[RTT_S * 1e3], cc="reno", buffer_bytes=300 * 1514)
+    cfg = DumbbellConfig(hosts=1, rate_mbps=100, rtt_ms=[RTT_S * 1e3], cc="reno", buffer_bytes=packets_to_bytes(300))
     rows = []
     t0 = time.monotonic()
     with Dumbbell(cfg, "delayline") as net:

@@ -52,7 +52,7 @@ MAX_LINE_LOST = 0.001  # of the measured window; quiet runs lose nothing (bench/
 MAX_LATE_P99_S = 0.02  # open-loop arrivals later than this (p99) mean the generator fell behind
 SHORT_WARMUP_S = 2.0
 # One segment is under the kernel's smallest clamp (SOCK_MIN_RCVBUF / 2, about 1.9 KB); a cap of 1000
-# (1.4 MB, and 8 times that of receive buffer a connection) is past any short flow's reach here.
+# packets (1.4 MB, with a receive buffer of 8 times that per connection) is past any short flow's reach here.
 MIN_WINDOW_PACKETS, MAX_WINDOW_PACKETS = 2, 1000
 WAIT_LIMIT_S = 6 * 3600.0
 
