@@ -48,8 +48,20 @@ def row(r: dict) -> dict:
         "timeouts_per_retrans": tcp.get("timeouts_per_retrans"),
         "probes_per_retrans": tcp.get("probes_per_retrans"),
         "recoveries_per_retrans": tcp.get("recoveries_per_retrans"),
+        # Share of the measured time the line shaper lost after late wake-ups (past its catch-up
+        # allowance), and its pacing: the cost and the gain of a larger allowance (--burst-bytes).
+        "line_lost": line_lost_share(r),
+        "gaps_gt10": (r.get("fidelity") or {}).get("frac_gt10"),
         "valid": r.get("valid"),
     }
+
+
+def line_lost_share(r: dict) -> float | None:
+    points = r.get("points") or [{}]
+    kept = points[0].get("delay_line") or {}
+    if kept.get("line_lost_ms") is None or not kept.get("seconds"):
+        return None
+    return kept["line_lost_ms"] / 1000 / kept["seconds"]
 
 
 def spread(vals: list[float | None]) -> str:
@@ -79,6 +91,7 @@ def main() -> int:
             print(f"[factor_ab] round {k}: {name}", file=sys.stderr, flush=True)
             rows[name].append(row(run_one(a.out / f"{name}-{k}", [*common, *opts])))
     keys = ["util", "util_vs_ref", "loss", "timeouts_per_retrans", "probes_per_retrans", "recoveries_per_retrans"]
+    keys += ["line_lost", "gaps_gt10"]
     lines = [
         f"# {a.out.name}: {' '.join(common)}",
         "",
