@@ -48,7 +48,8 @@ def add_link_args(p: argparse.ArgumentParser, rate: float | None = 62.5, rtt: st
     p.add_argument(
         "--burst-bytes",
         type=int,
-        help="shaper burst in bytes (default: htb 2 ms of the rate, 1514 to 15140; tbf and line 3028)",
+        help="shaper burst in bytes (default: htb and line 2 ms of the rate, htb 1514 to 15140,"
+        " line 3028 to 15140; tbf 3028)",
     )
     p.add_argument(
         "--delay-backend",
