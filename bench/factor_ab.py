@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from benchproc import finish_or_tear_down, run_main
+from line_lost_capacity import lost_share
 
 REPO = Path(__file__).resolve().parents[1]
 BUFSIZE = str(REPO / ".venv" / "bin" / "bufsize")
@@ -50,18 +51,10 @@ def row(r: dict) -> dict:
         "recoveries_per_retrans": tcp.get("recoveries_per_retrans"),
         # Share of the measured time the line shaper lost after late wake-ups (past its catch-up
         # allowance), and its pacing: the cost and the gain of a larger allowance (--burst-bytes).
-        "line_lost": line_lost_share(r),
+        "line_lost": lost_share((r.get("points") or [{}])[0].get("delay_line")),
         "gaps_gt10": (r.get("fidelity") or {}).get("frac_gt10"),
         "valid": r.get("valid"),
     }
-
-
-def line_lost_share(r: dict) -> float | None:
-    points = r.get("points") or [{}]
-    kept = points[0].get("delay_line") or {}
-    if kept.get("line_lost_ms") is None or not kept.get("seconds"):
-        return None
-    return kept["line_lost_ms"] / 1000 / kept["seconds"]
 
 
 def spread(vals: list[float | None]) -> str:

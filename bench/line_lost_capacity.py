@@ -23,15 +23,26 @@ from pathlib import Path
 NEVER_EMPTY = 0.001  # queue empty less than this share of a measurement's samples
 
 
+def lost_share(delay_line: dict | None) -> float | None:
+    """Share of a window the line lost, from a measurement's `delay_line` record (None if unrecorded)."""
+    kept = delay_line or {}
+    if kept.get("line_lost_ms") is None or not kept.get("seconds"):
+        return None
+    return kept["line_lost_ms"] / 1000 / kept["seconds"]
+
+
+def never_empty(rows: list[tuple[float, float, float | None]]) -> list[tuple[float, float, float | None]]:
+    return [r for r in rows if r[2] is not None and r[2] < NEVER_EMPTY]
+
+
 def measurement_rows(result: dict) -> list[tuple[float, float, float | None]]:
     """(share of the line's time lost, 1 - mean utilization, queue's empty share) per measurement
     that recorded the line's loss."""
     rows = []
     for m in result.get("measurements", []):
-        dl = m.get("delay_line") or {}
-        if dl.get("line_lost_ms") is None or not dl.get("seconds"):
+        lost = lost_share(m.get("delay_line"))
+        if lost is None:
             continue
-        lost = dl["line_lost_ms"] / 1000 / dl["seconds"]
         short = 1 - statistics.mean(m["utilization"])
         empty = (m.get("queue") or {}).get("empty_fraction")
         rows.append((lost, short, empty))
@@ -53,7 +64,7 @@ def correlation(rows: list[tuple[float, float, float | None]]) -> str:
 def search_row(name: str, result: dict, rows: list) -> str:
     lost = [r[0] for r in rows]
     short = [r[1] for r in rows]
-    full = [r for r in rows if r[2] is not None and r[2] < NEVER_EMPTY]
+    full = never_empty(rows)
     full_cell = (
         f"{len(full)}: {pct(statistics.median(r[0] for r in full))} / {pct(statistics.median(r[1] for r in full))}"
         if full
@@ -93,7 +104,7 @@ def main() -> None:
                 continue
             pooled += rows
             lines.append(search_row(name, result, rows))
-    full = [r for r in pooled if r[2] is not None and r[2] < NEVER_EMPTY]
+    full = never_empty(pooled)
     lines.append("")
     lines.append(
         f"Pooled: {len(pooled)} measurements, r = {correlation(pooled)}; with the queue never empty "
