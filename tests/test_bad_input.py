@@ -109,6 +109,8 @@ VALID: dict[tuple[str, str], set[str]] = {
     **{("sim " + c, "--resolution"): {"0", "1e-9"} for c in ("search", "sweep")},
     **{("sim " + c, "--max-samples"): {"0"} for c in ("search", "sweep")},
     **{("sim " + c, "--precision"): {"0"} for c in ("search", "sweep")},
+    # 0: every long flow starts at the same simulated instant.
+    **{("sim " + c, "--start-spread-s"): {"0", "1e-9"} for c in ("search", "measure", "sweep")},
     # A measurement may start right after the buffer changes, and a simulated path may have no delay.
     ("sim measure", "--settle-s"): {"0", "1e-9"},
     ("sim measure", "--rtt-ms"): {"0"},

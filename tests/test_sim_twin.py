@@ -104,6 +104,50 @@ def test_precision_rule_runs_on_the_twin():
     assert r["simulated_seconds"] > r["wall_seconds"]  # faster than real time at this scale
 
 
+def test_fast_paths_change_the_time_a_simulation_takes_not_the_simulation():
+    """--fast-paths 1 (the default) replaces ns-3's per-packet walks (the router's own-address check,
+    route lookup, the receiver's endpoint demultiplexing) with a hash table each. The same run with
+    them off must print every line the same: long flows from several hosts per host with spread RTTs,
+    a tight buffer that drops, open-loop transfers and a closed-loop user whose connections come and
+    go (each opens an endpoint and frees it, which the endpoint cache must forget), and the arrivals."""
+    hosts = 12
+    rtts = ",".join(str(20 + 7 * h) for h in range(hosts))
+    script = ["run 2", "buffer 4", "run 1.5", *(f"transfer {3.6 + 0.05 * i} {i % hosts} {3000 + 5000 * i}"
+              for i in range(30)), "user 3 6 0.1 20000 0.2 4000 0.05 90000", "run 2.5", "arrivals 0.5",
+              "buffer 60", "run 1", "transfers", "status", "quit"]  # fmt: skip
+    out = {}
+    for fast in ("0", "1"):
+        args = [str(HELPER), "--flows", "36", "--hosts", str(hosts), "--rate-mbps", "20", "--rtt-ms", rtts,
+                "--buffer-packets", "30", "--cc", "cubic", "--fast-paths", fast]  # fmt: skip
+        res = subprocess.run(args, input="\n".join(script) + "\n", capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        out[fast] = res.stdout.splitlines()
+    replies = [json.loads(line) for line in out["1"]]
+    assert not any("error" in r for r in replies), replies
+    drops = sum(r.get("drops", 0) for r in replies)
+    transfers = next(r["transfers"] for r in replies if "transfers" in r)
+    assert drops > 100 and sum(t[3] >= 0 for t in transfers) >= 15  # drops, and endpoints came and went
+    assert out["0"] == out["1"]
+
+
+def test_start_spread_sets_when_the_flows_start_and_is_recorded():
+    """Over the default 1 s spread, ten flows have not all started 0.2 s in; with no spread every one
+    has delivered data by then (a 20 ms RTT; the ten first windows, 100 packets, fit the 200-packet
+    buffer and pass in 120 ms). The setting is passed to the helper and is in the config a result
+    records."""
+    up = {}
+    for spread in (1.0, 0.0):
+        cfg = SimConfig(10, 10.0, [20.0] * 10, start_spread_s=spread)
+        with SimDumbbell(cfg, 10, 200) as net:
+            assert net.args()[net.args().index("--start-spread-s") + 1] == repr(spread)
+            net.run(0.2)
+            up[spread] = net.flows_up()
+        assert cfg.to_dict()["start_spread_s"] == spread
+    assert up[0.0] == 10 and up[1.0] < 10, up
+    with pytest.raises(UsageError, match="--start-spread-s"):
+        SimDumbbell(SimConfig(1, 10.0, [20.0], start_spread_s=-1.0), 1, 10)
+
+
 def test_helper_refuses_bad_arguments_and_commands():
     res = subprocess.run([str(HELPER), "--flows", "2", "--hosts", "2", "--cc", "vegas"], capture_output=True, text=True)
     assert res.returncode == 2 and "--cc vegas" in res.stderr
@@ -113,6 +157,8 @@ def test_helper_refuses_bad_arguments_and_commands():
     assert res.returncode == 2
     res = subprocess.run([str(HELPER), "--flows", "2", "--hosts", "2", "--delack", "3"], capture_output=True, text=True)
     assert res.returncode == 2 and "--delack 3" in res.stderr
+    res = subprocess.run([str(HELPER), "--flows", "2", "--fast-paths", "2"], capture_output=True, text=True)
+    assert res.returncode == 2 and "--fast-paths 2" in res.stderr
     res = subprocess.run([str(HELPER), "--flows", "2", "--hosts", "2", "--rtt-ms", "20"], input="buffer 0\nrun -1\n"
                          "frobnicate\nquit\n", capture_output=True, text=True, timeout=30)  # fmt: skip
     replies = [json.loads(line) for line in res.stdout.splitlines()]

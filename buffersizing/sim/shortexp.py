@@ -39,8 +39,6 @@ from bufsize.topologies.errors import UsageError
 from bufsize.topologies.nssim import SimConfig, SimDumbbell, SimTransfer
 from bufsize.topologies.safefiles import make_dirs, write_atomic
 
-# Long flows start within this many simulated seconds (the emulation starts them within about one).
-LONG_START_SPREAD_S = 1.0
 MAX_USER_CYCLES = 10_000  # (think, size) pairs given to one user: a user with no think time stops there
 
 

@@ -44,12 +44,13 @@ class SimSweepSpec:
     delayed_ack: bool = True  # absent from sweeps made before the option: on, as they ran
     start_buffer: str = "calibration"  # absent from sweeps made before the option: as they ran
     sender_pacing: bool = False  # likewise: unpaced
+    start_spread_s: float = 1.0  # likewise: over 1 s
 
     def config(self, flows: int, seed: int) -> SimConfig:
         hosts = min(flows, self.max_hosts)
         rtts = parse_rtts(self.rtt_ms, hosts)
         return SimConfig(hosts, self.rate_mbps, rtts, self.cc, self.access_mbps, seed, delayed_ack=self.delayed_ack,
-                         sender_pacing=self.sender_pacing)  # fmt: skip
+                         sender_pacing=self.sender_pacing, start_spread_s=self.start_spread_s)  # fmt: skip
 
     def options(self, flows: int) -> SearchOptions:
         return SearchOptions(flows=flows, **self.search)
@@ -95,7 +96,12 @@ def open_sim_sweep(out: Path, spec: SimSweepSpec) -> None:
     path = out / "manifest.json"
     if path.exists():
         try:
-            made_before = {"delayed_ack": True, "start_buffer": "calibration", "sender_pacing": False}
+            made_before = {
+                "delayed_ack": True,
+                "start_buffer": "calibration",
+                "sender_pacing": False,
+                "start_spread_s": 1.0,
+            }
             old = made_before | json.loads(path.read_text())["spec"]
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise UsageError(f"{path} is not a sweep manifest; choose another --out") from e

@@ -33,6 +33,8 @@
 #include "ns3/point-to-point-module.h"
 #include "ns3/traffic-control-module.h"
 
+#include "dumbbell_routing.h"
+
 #include <cstdio>
 #include <iostream>
 #include <deque>
@@ -45,6 +47,11 @@
 #include <vector>
 
 using namespace ns3;
+
+namespace ns3
+{
+void BszSetDemuxCache(bool on); // demux_cache.cc
+}
 
 namespace
 {
@@ -162,13 +169,14 @@ struct Options
     std::string rto = "linux";
     uint32_t delack = 2; // segments a delayed ACK waits for (1: every segment ACKed at once)
     uint32_t pacing = 0; // 1: every flow paced by its TCP (the emulation's --sender-pacing on)
+    uint32_t fastPaths = 1; // 0: ns-3's own routing, local-address check and demultiplexing
 };
 
 [[noreturn]] void Usage(const std::string& why)
 {
     std::cerr << "bsz-nssim: " << why << "\n"
               << "usage: bsz-nssim --flows N --hosts H --rate-mbps C --rtt-ms R[,R...] --cc reno|cubic|bbr "
-                 "--buffer-packets B [--access-mbps A] [--seed S] [--start-spread-s T] [--iw PACKETS] [--rto linux|ns2] [--delack 1|2] [--pacing 0|1]\n"
+                 "--buffer-packets B [--access-mbps A] [--seed S] [--start-spread-s T] [--iw PACKETS] [--rto linux|ns2] [--delack 1|2] [--pacing 0|1] [--fast-paths 0|1]\n"
                  "(--flows 0: short transfers only, given on stdin)\n";
     std::exit(2);
 }
@@ -215,6 +223,8 @@ Options Parse(int argc, char** argv)
             o.delack = Number(flag, v, 1, 2);
         else if (flag == "--pacing")
             o.pacing = Number(flag, v, 0, 1);
+        else if (flag == "--fast-paths")
+            o.fastPaths = Number(flag, v, 0, 1);
         else if (flag == "--rto")
         {
             if (v != "linux" && v != "ns2")
@@ -282,6 +292,15 @@ int main(int argc, char** argv)
         Config::SetDefault("ns3::TcpSocketState::MaxPacingRate",
                            DataRateValue(DataRate(static_cast<uint64_t>(o.accessMbps * 1e6))));
 
+    // Fast paths (--fast-paths 1, the default): the same simulation, event for event, in less time
+    // at scale; tests/test_sim_twin.py runs both ways and compares every line. Each replaces a
+    // per-packet walk over every host or flow: the router's check that a packet is not its own
+    // looks at the arriving interface only (the strong end-system model; nothing here is
+    // addressed to the router, so no packet is delivered differently), routes come from a hash
+    // table (dumbbell_routing.h), and the receiver finds a flow's socket by its four-tuple
+    // (demux_cache.cc).
+    BszSetDemuxCache(o.fastPaths == 1);
+    Config::SetDefault("ns3::Ipv4::StrongEndSystemModel", BooleanValue(o.fastPaths == 1));
     NodeContainer senders;
     senders.Create(o.hosts);
     Ptr<Node> router = CreateObject<Node>();
@@ -298,12 +317,14 @@ int main(int argc, char** argv)
     // A host's own queue toward the router: large, like a host qdisc, so no loss happens there.
     access.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", QueueSizeValue(QueueSize("10000p")));
     std::vector<uint32_t> hostIp; // each sender's address, as the receiver sees it
+    std::vector<NetDeviceContainer> accessDevices;
     for (uint32_t h = 0; h < o.hosts; h++)
     {
         double rtt = o.rttMs.size() == 1 ? o.rttMs[0] : o.rttMs[h];
         access.SetChannelAttribute("Delay", TimeValue(MicroSeconds(static_cast<int64_t>(rtt * 500))));
         NetDeviceContainer d = access.Install(senders.Get(h), router);
         hostIp.push_back(addr.Assign(d).GetAddress(0).Get());
+        accessDevices.push_back(d);
         addr.NewNetwork();
     }
 
@@ -322,6 +343,33 @@ int main(int argc, char** argv)
     fifo->limit = o.bufferPackets;
     Ptr<PointToPointNetDevice> port = DynamicCast<PointToPointNetDevice>(bd.Get(0));
     port->SetQueue(fifo);
+    if (o.fastPaths == 1)
+    {
+        // Every node asks the dumbbell's table first (priority above static routing's 0).
+        auto tableOf = [](Ptr<Node> n) {
+            Ptr<Ipv4> ip = n->GetObject<Ipv4>();
+            Ptr<bsz::DumbbellRouting> t = CreateObject<bsz::DumbbellRouting>();
+            DynamicCast<Ipv4ListRouting>(ip->GetRoutingProtocol())->AddRoutingProtocol(t, 10);
+            return t;
+        };
+        auto ifOf = [](Ptr<NetDevice> d) {
+            return static_cast<uint32_t>(d->GetNode()->GetObject<Ipv4>()->GetInterfaceForDevice(d));
+        };
+        auto ipOf = [](Ptr<NetDevice> d) {
+            return d->GetNode()->GetObject<Ipv4>()->GetAddress(
+                static_cast<uint32_t>(d->GetNode()->GetObject<Ipv4>()->GetInterfaceForDevice(d)), 0).GetLocal();
+        };
+        Ptr<bsz::DumbbellRouting> atRouter = tableOf(router);
+        Ptr<bsz::DumbbellRouting> atReceiver = tableOf(receiver);
+        for (uint32_t h = 0; h < o.hosts; h++)
+        {
+            Ptr<NetDevice> hostSide = accessDevices[h].Get(0), routerSide = accessDevices[h].Get(1);
+            tableOf(senders.Get(h))->Add(bi.GetAddress(1), ifOf(hostSide), ipOf(routerSide));
+            atRouter->Add(Ipv4Address(hostIp[h]), ifOf(routerSide), Ipv4Address(hostIp[h]));
+            atReceiver->Add(Ipv4Address(hostIp[h]), ifOf(bd.Get(1)), bi.GetAddress(0));
+        }
+        atRouter->Add(bi.GetAddress(1), ifOf(bd.Get(0)), bi.GetAddress(1));
+    }
     Ipv4GlobalRoutingHelper::PopulateRoutingTables();
 
     uint64_t txBytes = 0, txPackets = 0;
