@@ -107,7 +107,7 @@ def test_precision_rule_runs_on_the_twin():
 def test_fast_paths_change_the_time_a_simulation_takes_not_the_simulation():
     """--fast-paths 1 (the default) replaces ns-3's per-packet walks (the router's own-address check,
     route lookup, the receiver's endpoint demultiplexing) with a hash table each. The same run with
-    them off must print every line the same: long flows from several hosts per host with spread RTTs,
+    them off must print every line the same: several long flows per host, spread RTTs,
     a tight buffer that drops, open-loop transfers and a closed-loop user whose connections come and
     go (each opens an endpoint and frees it, which the endpoint cache must forget), and the arrivals."""
     hosts = 12
