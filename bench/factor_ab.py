@@ -1,5 +1,6 @@
-"""One factor, A against B, alternating: fixed-buffer runs (`bufsize measure`) that differ only in
-the options a condition names, run in turn (A, B, A, B, ...) so drift on the machine falls on both.
+"""One factor, A against B, alternating: fixed-buffer runs (`bufsize measure`), or whole searches
+(`--command search`), that differ only in the options a condition names, run in turn (A, B, A, B,
+...) so drift on the machine falls on both.
 
 Made for the many-flow plateau (issues 33 and 34): at one buffer, how do utilization, loss and the
 senders' loss recovery (timeouts, tail-loss probes, fast recoveries: monitors/tcpstats.py) change
@@ -8,6 +9,11 @@ with the factor? Resumable: a condition's finished round is kept. Median and ran
     .venv/bin/python bench/factor_ab.py --out bench/results/plateau/recovery-n200 --rounds 2 \\
         --condition linux=--loss-recovery,linux --condition dupack=--loss-recovery,dupack \\
         -- --flows 200 --hosts 200 --cc reno --buffer-packets 5 --duration 30
+
+With `--command search` a row is a search's answer, its crossing, the loss and timeouts at the
+answer (or at the probed buffer nearest it), the steal and the line's lost share over its
+measurements, and its wall time. Re-run once finished, the same command rewrites table.md from
+the kept runs.
 """
 
 from __future__ import annotations
@@ -20,20 +26,21 @@ import time
 from pathlib import Path
 
 from benchproc import finish_or_tear_down, run_main
-from line_lost_capacity import lost_share
+
+from bufsize.topologies.delay import line_lost_share as lost_share
 
 REPO = Path(__file__).resolve().parents[1]
 BUFSIZE = str(REPO / ".venv" / "bin" / "bufsize")
 
 
-def run_one(out: Path, args: list[str]) -> dict:
-    """One `bufsize measure` into `out` (kept if it finished before)."""
+def run_one(command: str, out: Path, args: list[str]) -> dict:
+    """One `bufsize measure` (or `search`) into `out` (kept if it finished before)."""
     res = out / "result.json"
     if not res.exists():
         t0 = time.monotonic()
-        rc = finish_or_tear_down([BUFSIZE, "measure", *args, "--out", str(out), "--force"], capture=False).returncode
+        rc = finish_or_tear_down([BUFSIZE, command, *args, "--out", str(out), "--force"], capture=False).returncode
         if rc not in (0, 3) or not res.exists():  # 3: a result with a flag, kept and counted as such
-            raise SystemExit(f"bufsize measure into {out} failed (exit {rc})")
+            raise SystemExit(f"bufsize {command} into {out} failed (exit {rc})")
         (out / "wall_s.txt").write_text(f"{time.monotonic() - t0:.0f}\n")
     return json.loads(res.read_text())
 
@@ -57,17 +64,52 @@ def row(r: dict) -> dict:
     }
 
 
-def spread(vals: list[float | None]) -> str:
+def near_answer(r: dict) -> tuple[float | None, float | None]:
+    """Loss and timeouts per retransmission at the answer, or where the answer was not probed (the
+    precision rule answers the whole packet above its crossing) at the probed buffer nearest it."""
+    ms = r["measurements"]
+    if not ms:
+        return None, None
+    answer = r["buffer_packets"]
+    nearest = min({m["buffer_packets"] for m in ms}, key=lambda b: (abs(b - answer), -b))
+    at = [m for m in ms if m["buffer_packets"] == nearest]
+    drops = sum(m["bottleneck_drops"] for m in at)
+    loss = drops / max(1, sum(m["packets_sent"] for m in at) + drops)
+    tcp = [m["tcp"] for m in at if m.get("tcp")]
+    retrans = sum(t.get("retrans_segs", 0) for t in tcp)
+    timeouts = sum(t.get("timeouts", 0) for t in tcp) / retrans if retrans else None
+    return loss, timeouts
+
+
+def search_row(r: dict) -> dict:
+    crossing = r.get("crossing") or {}
+    lost = [x for m in r["measurements"] if (x := lost_share(m.get("delay_line"))) is not None]
+    loss, timeouts = near_answer(r)
+    return {
+        "answer": r["buffer_packets"],
+        "crossing": crossing.get("packets"),
+        "loss": loss,
+        "timeouts_per_retrans": timeouts,
+        "steal": ((r.get("monitors") or {}).get("cpu") or {}).get("mean_steal_share"),
+        "line_lost": statistics.median(lost) if lost else None,
+        "wall_s": r["wall_seconds"],
+        "valid": r.get("valid"),
+        "failed": [k for k, v in r["flags"].items() if v is False],
+    }
+
+
+def spread(vals: list[float | None], fmt: str = ".4f") -> str:
     v = [x for x in vals if x is not None]
     if not v:
         return "-"
-    return f"{statistics.median(v):.4f} [{min(v):.4f}-{max(v):.4f}]"
+    return f"{statistics.median(v):{fmt}} [{min(v):{fmt}}-{max(v):{fmt}}]"
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--command", choices=("measure", "search"), default="measure")
     p.add_argument("--condition", action="append", required=True, help="NAME=opt,value,... (commas split args)")
     p.add_argument("common", nargs=argparse.REMAINDER, help="-- then the options every run shares")
     a = p.parse_args()
@@ -82,11 +124,15 @@ def main() -> int:
     for k in range(1, a.rounds + 1):
         for name, opts in conds:
             print(f"[factor_ab] round {k}: {name}", file=sys.stderr, flush=True)
-            rows[name].append(row(run_one(a.out / f"{name}-{k}", [*common, *opts])))
-    keys = ["util", "util_vs_ref", "loss", "timeouts_per_retrans", "probes_per_retrans", "recoveries_per_retrans"]
-    keys += ["line_lost", "gaps_gt10"]
+            got = run_one(a.command, a.out / f"{name}-{k}", [*common, *opts])
+            rows[name].append(search_row(got) if a.command == "search" else row(got))
+    if a.command == "search":
+        keys = ["answer", "crossing", "loss", "timeouts_per_retrans", "steal", "line_lost", "wall_s"]
+    else:
+        keys = ["util", "util_vs_ref", "loss", "timeouts_per_retrans", "probes_per_retrans", "recoveries_per_retrans"]
+        keys += ["line_lost", "gaps_gt10"]
     lines = [
-        f"# {a.out.name}: {' '.join(common)}",
+        f"# {a.out.name}: bufsize {a.command} {' '.join(common)}",
         "",
         f"{a.rounds} rounds, conditions alternating; median [range] per condition. Runs flagged invalid: "
         + (", ".join(f"{n} {sum(1 for r in rs if not r['valid'])}" for n, rs in rows.items())),
@@ -95,8 +141,14 @@ def main() -> int:
         "|---|---|" + "---|" * len(keys),
     ]
     for name, opts in conds:
-        cells = [spread([r[key] for r in rows[name]]) for key in keys]
+        cells = [spread([r[key] for r in rows[name]], ".4g" if a.command == "search" else ".4f") for key in keys]
         lines.append(f"| {name} | {' '.join(opts)} | " + " | ".join(cells) + " |")
+    if a.command == "search":  # every answer, in round order, with the flags that failed
+        lines += ["", "Each search (round: answer, flags failed):", ""]
+        for name, rs in rows.items():
+            each = "; ".join(f"{k}: {r['answer']}" + (f" ({', '.join(r['failed'])})" if r["failed"] else "")
+                             for k, r in enumerate(rs, 1))  # fmt: skip
+            lines.append(f"- {name}: {each}")
     (a.out / "table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

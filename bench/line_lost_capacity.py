@@ -20,15 +20,9 @@ import json
 import statistics
 from pathlib import Path
 
+from bufsize.topologies.delay import line_lost_share as lost_share
+
 NEVER_EMPTY = 0.001  # queue empty less than this share of a measurement's samples
-
-
-def lost_share(delay_line: dict | None) -> float | None:
-    """Share of a window the line lost, from a measurement's `delay_line` record (None if unrecorded)."""
-    kept = delay_line or {}
-    if kept.get("line_lost_ms") is None or not kept.get("seconds"):
-        return None
-    return kept["line_lost_ms"] / 1000 / kept["seconds"]
 
 
 def never_empty(rows: list[tuple[float, float, float | None]]) -> list[tuple[float, float, float | None]]:

@@ -89,6 +89,13 @@ def test_short_search_result_is_consistent_with_its_probes(no_leftovers, tmp_pat
         kept, sampled = m["delay_line"], m["sample_s"] * (len(m["rates_mbps"]) + len(m["set_aside"]))
         assert abs(kept["seconds"] - sampled) <= 0.6 + 0.1 * sampled, (kept, sampled)
         assert kept["forward_late_mean_us"] >= 0 and kept["line_lost_ms"] >= 0, kept
+    # The line's lost time over those measurements, and the flag it sets against the target's slack.
+    shares = sorted(m["delay_line"]["line_lost_ms"] / 1000 / m["delay_line"]["seconds"] for m in ms)
+    line = r["line_time_lost"]
+    assert line["max_share_lost"] == pytest.approx(shares[-1], abs=1e-6)
+    assert line["median_share_lost"] == pytest.approx(statistics.median(shares), abs=1e-6)
+    assert line["limit"] == pytest.approx(0.5 * (1 - r["target"]))
+    assert r["flags"]["line_kept_time"] == (line["median_share_lost"] <= line["limit"])
     # The recorder ran throughout; on a machine loaded by other runs it falls below 100 Hz, which
     # the queue_monitor_kept_up flag reports (seen here: 49.6 Hz at a load average of 60).
     assert r["monitors"]["cwnd"]["flows_seen"] == 8 and r["monitors"]["queue"]["rate_hz"] > 20

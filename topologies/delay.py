@@ -72,6 +72,15 @@ def timing_between(stats0: dict, stats1: dict) -> dict | None:
     return out
 
 
+def line_lost_share(kept_time: dict | None) -> float | None:
+    """The share of a window the line shaper lost to late wake-ups, from timing_between's record
+    (None: no line shaper, or no record)."""
+    kept = kept_time or {}
+    if kept.get("line_lost_ms") is None or not kept.get("seconds"):
+        return None
+    return kept["line_lost_ms"] / 1000 / kept["seconds"]
+
+
 def netem_commands(dev: str, one_way_us: int, rate_mbps: float | None) -> list[str]:
     rate = f" rate {tc_rate(rate_mbps)}" if rate_mbps else ""
     return [f"qdisc add dev {dev} root handle 1: netem delay {one_way_us}us limit {NETEM_LIMIT}{rate}\n"]

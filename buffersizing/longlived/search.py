@@ -43,7 +43,7 @@ from bufsize.theory.ccrules import rule_for
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.counters import InterfaceCounters
-from bufsize.topologies.delay import timing_between
+from bufsize.topologies.delay import line_lost_share, timing_between
 from bufsize.topologies.dumbbell import Dumbbell
 from bufsize.topologies.errors import RunError, UsageError
 from bufsize.topologies.qdisc_stats import QdiscSample
@@ -64,6 +64,12 @@ MIN_EPISODES = 4  # before this many, the model's cycle sets the sample length
 # (--max-sample-steal): on a machine that stays stolen the search goes on, with the least-stolen
 # samples and a count of them in the result, instead of waiting for a quiet that may not come.
 STEAL_RETAKES = 2
+# The line shaper loses link time for good when it wakes later than its catch-up allowance; where the
+# queue never empties, a measurement's shortfall from full utilization equals that time (Pearson r
+# 0.96 over 300 such Fig 11 measurements, bench/results/line-lost-capacity.md). A search whose median
+# measurement lost more than this share of what its target leaves (1 - target) is flagged
+# `line_kept_time`: its answer then measures the machine as much as the buffer (99.9 % on 2 cores).
+LINE_LOST_SHARE_OF_SLACK = 0.5
 
 
 @dataclass
@@ -434,6 +440,31 @@ def loss_summary(prober: LinkProber, answer_packets: int) -> dict:  # or the twi
     }
 
 
+def line_lost_limit(target: float) -> float:
+    """The share of its time the line may lose in a search's median measurement (line_kept_time)."""
+    return LINE_LOST_SHARE_OF_SLACK * (1 - target)
+
+
+def line_time(measurements: Sequence[Measurement], target: float) -> dict | None:
+    """The share of its time the line shaper lost over a search's measurements (median and largest)
+    against the limit of its `line_kept_time` flag; None where no measurement recorded it (HTB, TBF,
+    netem's delay, the twin)."""
+    shares = [x for m in measurements if (x := line_lost_share(m.delay_line)) is not None]
+    if not shares:
+        return None
+    return {
+        "median_share_lost": round(statistics.median(shares), 6),
+        "max_share_lost": round(max(shares), 6),
+        "limit": round(line_lost_limit(target), 6),
+    }
+
+
+def lost_note(m: Measurement, target: float) -> str:
+    """', line lost 0.41% of its time' for a probe's measurement past the line_kept_time limit."""
+    share = line_lost_share(m.delay_line)
+    return f", line lost {share:.2%} of its time" if share is not None and share > line_lost_limit(target) else ""
+
+
 def answer_fields(
     res: SearchResult,
     opts: SearchOptions,
@@ -557,7 +588,8 @@ def run_search(
                 backlog = f", queue mean {q['mean_packets']:.0f} max {q['max_packets']}" if q.get("samples") else ""
                 c = search.crossing() if search and opts.precision else None
                 where = f"; crossing {c.packets:.1f} ({c.low:.1f}..{c.high:.1f})" if c else ""
-                stolen = steal_note(prober.measurements[-1].cpu) if prober.measurements else ""
+                last = prober.measurements[-1] if prober.measurements else None
+                stolen = (steal_note(last.cpu) + lost_note(last, opts.target)) if last else ""
                 aside, aside_before[0] = prober.set_aside - aside_before[0], prober.set_aside
                 retaken = f", {aside} retaken: hypervisor steal" if aside else ""
                 say(
@@ -592,9 +624,15 @@ def run_search(
             m.queue = queue_stats(ex.recording.queue, *window)
     idles = [m.cpu["idle"] for m in prober.measurements]
     cpu_idle_min = min(idles) if idles else None
-    own_flags = {"converged": res.converged, "answer_below_search_top": answer < top}
+    line = line_time(prober.measurements, opts.target)
+    own_flags = {
+        "converged": res.converged,
+        "answer_below_search_top": answer < top,
+        "line_kept_time": line["median_share_lost"] <= line["limit"] if line else None,
+    }
     fields = answer_fields(res, opts, th, cal_packets, top, first, loss_summary(prober, answer), cal_rates,
                            prober.measurements)  # fmt: skip
+    fields["line_time_lost"] = line
     fields["cpu"] = {
         "min_idle_share": round(cpu_idle_min, 3) if cpu_idle_min is not None else None,
         "per_measurement": [m.cpu for m in prober.measurements],
