@@ -9,6 +9,7 @@ README.md until the README was cut down; the test keeps its name.)
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 from pathlib import Path
@@ -112,3 +113,34 @@ def test_the_hardware_points_called_censored_are_its_search_floor() -> None:
         assert len(values) >= 5 and len(set(values)) == 1, (n, hw[n])
         assert values[0] * n**0.5 == pytest.approx(floor, rel=1e-3), n
     assert "censored" in FINDINGS.read_text()
+
+
+PLATEAU = REPO / "bench" / "results" / "plateau"
+FACTOR_HEADER = "| N, RTTs | senders | answers | crossing |"
+FACTOR_SETS = {("200", "87 ms"): "factor-searches-n200", ("800", "87 ms"): "factor-searches-n800",
+               ("200", "47..127 ms"): "factor-searches-n200-spread"}  # fmt: skip
+SENDERS = {"the kernel's": "kernel", "paced": "paced", "every segment ACKed": "ackall"}
+
+
+def _factor_runs(set_dir: str, condition: str) -> list[dict]:
+    """A condition's searches in round order (`NAME-ROUND/result.json`, bench/factor_ab.py)."""
+    runs = sorted((PLATEAU / set_dir).glob(f"{condition}-[0-9]*/result.json"), key=lambda p: int(p.parent.name[-1]))
+    return [json.loads(p.read_text()) for p in runs]
+
+
+def test_plateau_factor_searches_in_the_docs_are_the_committed_searches() -> None:
+    """The quiet night's factor table (bench/results/plateau/README.md, section 5), in round order
+    with the unconverged ones marked, and README's sentence on it, say what the committed searches
+    answered."""
+    (_, rows), *_ = _tables((PLATEAU / "README.md").read_text(), FACTOR_HEADER)
+    assert len(rows) == 8
+    for where, senders, answers, *_ in rows:
+        n, rtts = (x.strip() for x in where.split(",", 1))
+        runs = _factor_runs(FACTOR_SETS[(n, rtts)], SENDERS[senders.split(" (")[0]])
+        assert runs and all(r["flows"] == int(n) for r in runs), (where, senders)
+        said = [(int(m.group(1)), bool(m.group(2))) for m in re.finditer(r"(\d+)( \(unconverged\))?", answers)]
+        assert said == [(r["buffer_packets"], not r["flags"]["converged"]) for r in runs], (where, senders, answers)
+    kernel = {n: ", ".join(str(r["buffer_packets"]) for r in _factor_runs(f"factor-searches-n{n}", "kernel"))
+              for n in (200, 800)}  # fmt: skip
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert f"({kernel[200]} at N = 200; {kernel[800]} at N = 800)" in readme, kernel
