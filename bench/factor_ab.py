@@ -27,6 +27,7 @@ from pathlib import Path
 
 from benchproc import finish_or_tear_down, run_main
 
+from bufsize.monitors.tcpstats import recovery_shares
 from bufsize.topologies.delay import line_lost_share as lost_share
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,10 +76,11 @@ def near_answer(r: dict) -> tuple[float | None, float | None]:
     at = [m for m in ms if m["buffer_packets"] == nearest]
     drops = sum(m["bottleneck_drops"] for m in at)
     loss = drops / max(1, sum(m["packets_sent"] for m in at) + drops)
-    tcp = [m["tcp"] for m in at if m.get("tcp")]
-    retrans = sum(t.get("retrans_segs", 0) for t in tcp)
-    timeouts = sum(t.get("timeouts", 0) for t in tcp) / retrans if retrans else None
-    return loss, timeouts
+    total: dict[str, int] = {}
+    for m in at:
+        for k, v in (m.get("tcp") or {}).items():
+            total[k] = total.get(k, 0) + v
+    return loss, recovery_shares(total)["timeouts_per_retrans"]
 
 
 def search_row(r: dict) -> dict:
