@@ -5,7 +5,7 @@ The same as `bufsize search` (see `--help`), kept at the top level where the 201
 
     sudo ./binary_search.py --flows 50 --hosts 50 --cc cubic --out results/search-n50
 
-It also takes the 2012 script's options (buffersizing/compat2012.py says how each maps), and
+It also takes the 2012 script's options (buffersizing/cli/compat2012.py says how each maps), and
 `--print-config` prints the resolved configuration as JSON without building anything:
 
     ./binary_search.py --bw-net 62.5 --delay 43.5 -n 3 --nflows 400 --maxq 100 --cong bic --print-config
@@ -23,7 +23,7 @@ VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 if __name__ == "__main__":
     try:
         from bufsize.cli import main
-        from bufsize.compat2012 import translate
+        from bufsize.cli.compat2012 import translate
         from bufsize.topologies.errors import UsageError
     except ImportError:
         # Run with a python that lacks the dependencies: hand over to the project's virtualenv.
@@ -31,7 +31,7 @@ if __name__ == "__main__":
             os.execv(str(VENV_PYTHON), [str(VENV_PYTHON), str(Path(__file__).resolve()), *sys.argv[1:]])
         sys.exit("binary_search.py: dependencies missing; run ./setup.sh first")
     if {"-h", "--help"} & set(sys.argv[1:]):
-        from bufsize.compat2012 import HELP_2012
+        from bufsize.cli.compat2012 import HELP_2012
 
         try:
             main(["search", "--help"])

@@ -30,13 +30,13 @@ import time
 from collections import deque
 from pathlib import Path
 
-from bufsize.longlived.traffic import LongFlows
 from bufsize.monitors.fidelity import FidelityMonitor
 from bufsize.topologies import FRAME_BYTES, netns
 from bufsize.topologies.config import DumbbellConfig, parse_rtts
 from bufsize.topologies.dumbbell import Dumbbell
 from bufsize.topologies.nssim import SimConfig, SimDumbbell
 from bufsize.topologies.proc import run
+from bufsize.traffic.longflows import LongFlows
 
 RATE_MBPS, RTT_MS = 62.5, 87.0
 SERVICE_S = FRAME_BYTES * 8 / (RATE_MBPS * 1e6)

@@ -22,13 +22,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bufsize.longlived.traffic import LongFlows  # noqa: E402
 from bufsize.monitors import fidelity  # noqa: E402
 from bufsize.monitors.recorder import Recorder, summary  # noqa: E402
 from bufsize.topologies import FRAME_BYTES  # noqa: E402
 from bufsize.topologies.config import DumbbellConfig  # noqa: E402
 from bufsize.topologies.dumbbell import Dumbbell  # noqa: E402
 from bufsize.topologies.machine import delay_backend  # noqa: E402
+from bufsize.traffic.longflows import LongFlows  # noqa: E402
 
 REF_2012 = Path(__file__).resolve().parents[1] / "results" / "reference" / "mininet-hifi-2012-dequeue-fidelity.tsv"
 

@@ -21,12 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bufsize.longlived.traffic import LongFlows  # noqa: E402
 from bufsize.monitors import fidelity  # noqa: E402
 from bufsize.topologies import FRAME_BYTES  # noqa: E402
 from bufsize.topologies.config import DumbbellConfig  # noqa: E402
 from bufsize.topologies.dumbbell import Dumbbell  # noqa: E402
 from bufsize.topologies.machine import delay_backend  # noqa: E402
+from bufsize.traffic.longflows import LongFlows  # noqa: E402
 
 
 def measure(shaper: str, burst: int, seconds: float) -> dict:

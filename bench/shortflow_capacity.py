@@ -25,7 +25,7 @@ from benchproc import finish_or_tear_down, run_main
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bufsize.shortflows.workload import MSS_BYTES, wire_bytes  # noqa: E402
+from bufsize.traffic.workload import MSS_BYTES, wire_bytes  # noqa: E402
 
 BUFSIZE = str(REPO / ".venv" / "bin" / "bufsize")
 RATE_MBPS = 200.0

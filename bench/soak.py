@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bufsize.resultdir import read_finished  # noqa: E402
+from bufsize.scaffold.resultdir import read_finished  # noqa: E402
 from bufsize.topologies.cleanup import find_leftovers  # noqa: E402
 from bufsize.topologies.ledger import STATE_DIR  # noqa: E402
 from bufsize.topologies.proc import is_same_process  # noqa: E402

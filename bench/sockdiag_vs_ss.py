@@ -17,13 +17,13 @@ import statistics
 import time
 from pathlib import Path
 
-from bufsize.longlived.traffic import LongFlows
 from bufsize.topologies import netns
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.dumbbell import Dumbbell
 from bufsize.topologies.machine import delay_backend, require_root
 from bufsize.topologies.proc import run
 from bufsize.topologies.sockdiag import tcp_sockets
+from bufsize.traffic.longflows import LongFlows
 
 
 def via_ss_receiver(net: Dumbbell, ports: list[int]) -> int:

@@ -26,12 +26,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.line_stalls import stretches  # noqa: E402
-from bufsize.longlived.traffic import LongFlows  # noqa: E402
 from bufsize.monitors.fidelity import FidelityMonitor, trace_buffer_kb  # noqa: E402
 from bufsize.topologies import FRAME_BYTES  # noqa: E402
 from bufsize.topologies.config import DumbbellConfig  # noqa: E402
 from bufsize.topologies.dumbbell import Dumbbell  # noqa: E402
 from bufsize.topologies.machine import delay_backend  # noqa: E402
+from bufsize.traffic.longflows import LongFlows  # noqa: E402
 
 OLD_KB = 65536
 RATE_MBPS, RTT_MS = 62.5, 87.0

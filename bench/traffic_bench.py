@@ -20,11 +20,11 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bufsize.longlived.traffic import LongFlows  # noqa: E402
 from bufsize.topologies.config import DumbbellConfig, parse_rtts  # noqa: E402
 from bufsize.topologies.counters import rate_mbps  # noqa: E402
 from bufsize.topologies.dumbbell import Dumbbell  # noqa: E402
 from bufsize.topologies.machine import delay_backend  # noqa: E402
+from bufsize.traffic.longflows import LongFlows  # noqa: E402
 
 
 def rss_mb(pids: list[int]) -> float:

@@ -36,13 +36,13 @@ sys.path.insert(0, str(REPO))
 
 from benchproc import run_main  # noqa: E402
 
-from bufsize.shortflows.generator import SO_RCVBUFFORCE  # noqa: E402
-from bufsize.shortflows.workload import MSS_BYTES as MSS  # noqa: E402
 from bufsize.theory.model import slow_start_bursts  # noqa: E402
 from bufsize.topologies.config import DumbbellConfig  # noqa: E402
 from bufsize.topologies.dumbbell import Dumbbell  # noqa: E402
 from bufsize.topologies.netns import in_ns  # noqa: E402
 from bufsize.topologies.units import packets_to_bytes  # noqa: E402
+from bufsize.traffic.generator import SO_RCVBUFFORCE  # noqa: E402
+from bufsize.traffic.workload import MSS_BYTES as MSS  # noqa: E402
 
 PACKETS = 200
 RTT_S = 0.04

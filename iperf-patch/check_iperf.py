@@ -19,9 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bufsize.longlived.traffic import check_iperf2  # noqa: E402
 from bufsize.topologies.errors import MachineError  # noqa: E402
 from bufsize.topologies.machine import iperf2_version  # noqa: E402
+from bufsize.traffic.longflows import check_iperf2  # noqa: E402
 
 
 def main() -> int:

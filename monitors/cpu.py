@@ -14,7 +14,7 @@ from bufsize.monitors.base import Monitor
 # Below this idle share of all cores, timers and softirqs of the emulation may run late: flag the run.
 MIN_IDLE = 0.10
 # Past this mean share of all CPU time taken by the hypervisor (steal, from /proc/stat) a search's
-# progress line names a probe's steal, and a result carries a caution (bufsize.cautions): one limit
+# progress line names a probe's steal, and a result carries a caution (bufsize.scaffold.cautions): one limit
 # for both, so what a user watches and what the result says agree. On the development VM (2 vCPUs)
 # the five quick runs of 2026-11-28, with no steal, answered 46-50 packets at N = 10 cubic; on
 # 2026-11-29, with 6-9 % stolen, the same search answered 74 and 79, all valid

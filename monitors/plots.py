@@ -15,10 +15,8 @@ from pathlib import Path
 
 from bufsize.monitors.fidelity import reference_2012
 from bufsize.topologies import FRAME_BYTES
-from bufsize.topologies.projectfiles import REFERENCE_DIR
 from bufsize.topologies.safefiles import atomic_text, save_figure
 
-FIDELITY_2012 = REFERENCE_DIR / "mininet-hifi-2012-dequeue-fidelity.tsv"
 MAX_FLOWS_DRAWN = 8
 
 
@@ -56,7 +54,9 @@ def hist_limit(rows: list[dict[str, str]], prefer_bytes: float | None) -> float 
     return float(counts.most_common(1)[0][0])
 
 
-def plot_run(d: Path, title: str | None = None) -> list[Path]:
+def plot_run(d: Path, title: str | None = None, fidelity_2012: Path | None = None) -> list[Path]:
+    """The monitors' figures of one run directory; `fidelity_2012`, the published emulator's gap
+    distribution (a TSV of the project's reference data), is drawn beside this run's where given."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -184,8 +184,8 @@ def plot_run(d: Path, title: str | None = None) -> list[Path]:
         n = len(dev)
         fig, ax = _figure(plt, f"{head}: inter-departure gaps at the bottleneck vs ideal ({n} busy gaps)")
         ax.step(dev, [1 - i / n for i in range(n)], where="post", label="this run")
-        if FIDELITY_2012.exists():
-            for row in reference_2012(FIDELITY_2012):
+        if fidelity_2012 is not None and fidelity_2012.exists():
+            for row in reference_2012(fidelity_2012):
                 pts = [(p, row[f"frac_gt{p}"]) for p in (10, 25, 50, 100) if row[f"frac_gt{p}"] > 0]
                 ax.plot(*zip(*pts, strict=True), "o--", ms=4, lw=0.7, label=f"2012, {row['flows']:.0f} flows")
         ax.set_xscale("symlog", linthresh=1)

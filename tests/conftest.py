@@ -127,9 +127,9 @@ def zero_delay_rate_mbps() -> float:
     or loaded machine does not read as an emulation fault."""
     if os.geteuid() != 0:
         pytest.fail("integration tests need root (they build namespaces and qdiscs)")
+    from bufsize.longlived.verify import measure_rate
     from bufsize.topologies.config import DumbbellConfig
     from bufsize.topologies.dumbbell import Dumbbell
-    from bufsize.verify import measure_rate
 
     with Dumbbell(DumbbellConfig(hosts=2, rtt_ms=[0.0, 0.0]), "delayline") as net:
         return measure_rate(net, duration=3.0).measured_mbps
@@ -187,8 +187,8 @@ def path_floor_ms(cfg) -> float:  # noqa: ANN001 - a DumbbellConfig (imported he
     it, not against an absolute figure: it was 0.41 ms on a slower day, past a fixed 0.4 ms margin."""
     from dataclasses import replace
 
+    from bufsize.longlived.verify import measure_rtts
     from bufsize.topologies.dumbbell import Dumbbell
-    from bufsize.verify import measure_rtts
 
     with Dumbbell(replace(cfg, hosts=1, rtt_ms=[0.0]), "delayline") as base:
         return min(r.min_ms for r in measure_rtts(base, count=10, interval=0.05))

@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 from conftest import BUFSIZE, ours, run_states
 
-from bufsize import cli, commands, shell
-from bufsize.shortflows import cli as shortflow_cli
+from bufsize import cli
+from bufsize.cli import commands, shell
+from bufsize.cli import shortflows as shortflow_cli
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = "<out>"  # replaced by a fresh path under tmp_path that must not exist afterwards
@@ -208,7 +209,7 @@ def in_process(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr("bufsize.remote.run.check_out_dir", tripwire)  # remote: past validation, commit included
     monkeypatch.setattr("bufsize.topologies.config.delay_backend", tripwire)  # DumbbellConfig.backend()
     monkeypatch.setattr("bufsize.topologies.machine.qdisc_support", tripwire)
-    monkeypatch.setattr("bufsize.sim.cli.SimDumbbell", tripwire)  # the twin: past validation, it simulates
+    monkeypatch.setattr("bufsize.cli.sim.SimDumbbell", tripwire)  # the twin: past validation, it simulates
     monkeypatch.setattr("bufsize.sim.search.run_sim_search", tripwire)
     monkeypatch.setattr("bufsize.sim.sweep.run_sim_sweep", tripwire)
     monkeypatch.setattr("bufsize.sim.shortexp.run_twin_series", tripwire)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import psutil
 
-from bufsize.cautions import FINDINGS, MAX_STEAL_SHARE, cautions, describe, idle_report, steal_report
 from bufsize.longlived.measure import format_measure
 from bufsize.monitors.cpu import steal_since_boot, steal_under_wakeups
+from bufsize.scaffold.cautions import FINDINGS, MAX_STEAL_SHARE, cautions, describe, idle_report, steal_report
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from bufsize.theory import cli as model_cli
+from bufsize.cli import theory as model_cli
 from bufsize.theory.ccrules import rule_for, utilization_bound, window_deviation
 from bufsize.theory.model import predict, utilization_lower_bound
 

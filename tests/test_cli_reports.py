@@ -11,7 +11,7 @@ from conftest import bufsize, spec_of
 
 from bufsize import __version__
 from bufsize.longlived.presets import QUICK_FLOWS
-from bufsize.resultdir import write_json_atomic
+from bufsize.scaffold.resultdir import write_json_atomic
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -63,8 +63,8 @@ def test_quick_dry_run_names_its_directory_and_creates_nothing(tmp_path):
 def test_quick_plan_quotes_the_wall_times_of_earlier_runs_of_its_own_settings(tmp_path):
     """Only finished runs of the quick preset as it is now count: not a run of other settings, not one
     cut short, not `latest` (a link), not a run whose wall time does not parse."""
+    from bufsize.longlived.quick import earlier_minutes, plan_quick, quick_spec
     from bufsize.longlived.sweep import point_dir
-    from bufsize.quick import earlier_minutes, plan_quick, quick_spec
 
     spec = quick_spec()
     base = tmp_path / "quick"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bufsize import manifest
-from bufsize.manifest import REPO, head_from_files, project_commit
+from bufsize.scaffold import manifest
+from bufsize.scaffold.manifest import REPO, head_from_files, project_commit
 
 
 def git_head(repo: Path) -> str:

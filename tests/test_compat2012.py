@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import ours, run_states
 
-from bufsize.compat2012 import translate
+from bufsize.cli.compat2012 import translate
 from bufsize.longlived.presets import hardware_cc
 from bufsize.topologies.errors import UsageError
 

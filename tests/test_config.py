@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from conftest import spec_of
 
-from bufsize.options import buffer_from_args
+from bufsize.cli.options import buffer_from_args
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import (
     LINE_MAX_HOSTS_PER_CPU,

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bufsize.course import check, solution, starter
-from bufsize.topologies.projectfiles import COURSE_RUNS_DIR
+from bufsize.scaffold.projectfiles import COURSE_RUNS_DIR
 
 RUNS = sorted(COURSE_RUNS_DIR.glob("run-*/answers.json"))
 

@@ -9,11 +9,11 @@ import time
 import pytest
 from conftest import in_ns, path_floor_ms
 
+from bufsize.longlived.verify import measure_rtts
 from bufsize.topologies import FRAME_BYTES, sysctl
 from bufsize.topologies.config import DumbbellConfig, parse_rtts
 from bufsize.topologies.counters import InterfaceCounters
 from bufsize.topologies.dumbbell import HALT_POLL_NS, Dumbbell
-from bufsize.verify import measure_rtts
 
 pytestmark = pytest.mark.integration
 

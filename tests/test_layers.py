@@ -1,5 +1,8 @@
 """Layers point one way: topologies (the emulation core) <- monitors <- buffersizing, and no import circle.
 
+Inside buffersizing the packages stand on floors (FLOORS, bottom up): a package imports its own
+modules and the packages of the floors below it, never one beside it or above it.
+
 In the import namespace these are bufsize.topologies, bufsize.monitors and the rest of bufsize.
 
 Every import counts, also those inside functions: an import deferred to call time is still a
@@ -99,6 +102,71 @@ def circles(g: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+# The floors of buffersizing, bottom up. "bufsize" is the package's own __init__ (its version).
+FLOORS = [
+    {"bufsize", "theory", "traffic", "mininet"},  # models, traffic sources, Mininet's view of the dumbbell
+    {"scaffold"},  # what every experiment shares: the run, its result directory and manifest
+    {"longlived"},  # the long-lived flows' experiments: measure, search, sweep, the report
+    {"shortflows", "course", "remote"},  # built on the long-lived ones
+    {"sim"},  # the twin's drivers, which reuse both families' rules and reports
+    {"cli"},  # parse and dispatch
+]
+
+
+def package_of(module: str) -> str | None:
+    """The buffersizing package a module belongs to ("bufsize" for the root), None outside buffersizing."""
+    if layer(module) != "buffersizing":
+        return None
+    parts = module.split(".")
+    if len(parts) >= 2 and (REPO / "buffersizing" / parts[1]).is_dir():
+        return parts[1]
+    return "bufsize"
+
+
+def floor(package: str) -> int:
+    return next(i for i, f in enumerate(FLOORS) if package in f)
+
+
+def off_floor(g: dict[str, set[str]]) -> list[str]:
+    """Imports between buffersizing's packages that go up or sideways."""
+    bad = []
+    for mod, deps in g.items():
+        here = package_of(mod)
+        for dep in deps:
+            there = package_of(dep)
+            if here is None or there is None or there == here or there == "bufsize":
+                continue
+            if floor(there) >= floor(here):
+                bad.append(f"{mod} ({here}, floor {floor(here)}) imports {dep} ({there}, floor {floor(there)})")
+    return bad
+
+
+def test_every_package_of_buffersizing_has_a_floor_and_no_loose_module_is_left():
+    named = set().union(*FLOORS)
+    folders = {p.name for p in (REPO / "buffersizing").iterdir() if (p / "__init__.py").exists()}
+    assert folders | {"bufsize"} == named, (folders | {"bufsize"}) ^ named
+    loose = sorted(p.name for p in (REPO / "buffersizing").glob("*.py") if p.name != "__init__.py")
+    assert not loose, f"modules outside any floor's package: {loose}"
+
+
+def test_buffersizing_imports_only_down_its_floors():
+    bad = off_floor(graph())
+    assert not bad, "\n".join(bad)
+
+
+def test_the_floor_check_finds_an_upward_and_a_sideways_import():
+    g = graph()
+    planted = g | {
+        "bufsize.longlived.report": g["bufsize.longlived.report"] | {"bufsize.shortflows.plots"},
+        "bufsize.scaffold.experiment": g["bufsize.scaffold.experiment"] | {"bufsize.cli.options"},
+        "bufsize.course.check": g["bufsize.course.check"] | {"bufsize.remote.plan"},
+    }
+    found = "\n".join(off_floor(planted))
+    assert "bufsize.longlived.report (longlived, floor 2) imports bufsize.shortflows.plots" in found
+    assert "bufsize.scaffold.experiment (scaffold, floor 1) imports bufsize.cli.options" in found
+    assert "bufsize.course.check (course, floor 3) imports bufsize.remote.plan (remote, floor 3)" in found
+
+
 def test_each_layer_imports_only_itself_and_the_layers_below():
     wrong = wrong_way(graph())
     assert not wrong, "\n".join(wrong)
@@ -121,9 +189,9 @@ def test_the_checks_find_a_planted_circle_and_a_wrong_way_import():
 
 
 def test_cli_is_short_and_no_bench_imports_it():
-    assert len((REPO / "buffersizing" / "cli.py").read_text().splitlines()) < 300
+    assert len((REPO / "buffersizing" / "cli" / "__init__.py").read_text().splitlines()) < 300
     for p in sorted((REPO / "bench").glob("*.py")):
-        assert "bufsize.cli" not in project_imports(p), p.name
+        assert not any(m == "bufsize.cli" or m.startswith("bufsize.cli.") for m in project_imports(p)), p.name
 
 
 def test_every_module_is_in_a_listed_package_and_nothing_imports_the_old_names():

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from conftest import in_ns, path_floor_ms
 
+from bufsize.longlived.verify import measure_rtts
 from bufsize.monitors.drops import DropMonitor
 from bufsize.topologies import FRAME_BYTES, ledger
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.dumbbell import Dumbbell
-from bufsize.verify import measure_rtts
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
-from bufsize.manifest import machine_manifest
+from bufsize.scaffold.manifest import machine_manifest
 from bufsize.topologies.machine import clocksource, cpu_model, cpuidle_driver, kernel_hz, qdisc_support
 
 

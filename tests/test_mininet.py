@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from conftest import bufsize
 
+from bufsize.mininet.adapter import make_view
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.dumbbell import Dumbbell
 from bufsize.topologies.ledger import RunState
 from bufsize.topologies.machine import delay_backend, qdisc_support
-from bufsize.topologies.mininet_adapter import make_view
 from bufsize.topologies.units import packets_to_bytes
 
 pytestmark = pytest.mark.integration

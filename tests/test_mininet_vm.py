@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from bufsize.mininet.adapter import make_view
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.dumbbell import Dumbbell
-from bufsize.topologies.mininet_adapter import make_view
 
 pytestmark = [pytest.mark.vm, pytest.mark.integration]
 REPO = Path(__file__).resolve().parent.parent

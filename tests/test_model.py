@@ -16,7 +16,7 @@ from statistics import NormalDist
 
 import pytest
 
-from bufsize.theory import cli as model_cli
+from bufsize.cli import theory as model_cli
 from bufsize.theory.model import (
     F7_K,
     BurstMoments,

@@ -246,7 +246,7 @@ def test_netlink_link_answer_decodes_stats64():
 
 
 def test_the_progress_line_names_the_shaper_gaps_and_lag_or_why_there_are_none():
-    from bufsize.experiment import describe_fidelity
+    from bufsize.scaffold.experiment import describe_fidelity
 
     fid = {"available": True, "frac_gt10": 0.0123, "frac_gt25": 0.004, "lag_p50_frames": 0.0,
            "lag_p99_frames": 0.25, "lag_max_frames": 3.5}  # fmt: skip
@@ -314,8 +314,8 @@ def test_steal_is_its_own_share_and_part_of_busy():
 def test_a_probe_names_the_hypervisors_steal_only_from_the_threshold():
     """The progress line's steal note: absent up to STEAL_LIMIT (where a result's caution starts too)
     and in results recorded before steal was."""
-    from bufsize.cautions import MAX_STEAL_SHARE
     from bufsize.monitors.cpu import STEAL_LIMIT, steal_note
+    from bufsize.scaffold.cautions import MAX_STEAL_SHARE
 
     assert MAX_STEAL_SHARE == STEAL_LIMIT
     assert steal_note({"busy": 0.8, "steal": STEAL_LIMIT}) == ""

@@ -7,7 +7,6 @@ import time
 import pytest
 from conftest import in_ns
 
-from bufsize.longlived.traffic import LongFlows
 from bufsize.monitors import fidelity
 from bufsize.monitors.cwnd import CwndTrace, trace_duty
 from bufsize.monitors.drops import DropMonitor
@@ -16,6 +15,7 @@ from bufsize.monitors.tcpstats import counter_delta, read_counters
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.dumbbell import Dumbbell
+from bufsize.traffic.longflows import LongFlows
 
 
 def recorder_for(net: Dumbbell, ports: range | None) -> Recorder:

@@ -52,18 +52,18 @@ from conftest import in_ns, ours
 
 from bufsize.longlived.measure import MeasureOptions, run_measure
 from bufsize.longlived.presets import format_preset_methods, preset_methods
+from bufsize.longlived.verify import (
+    RATE_HIGH,
+    PingResult,
+    measure_rate,
+    summarize,
+)
 from bufsize.topologies import FRAME_BYTES, netns, shaper, sysctl
 from bufsize.topologies.config import DumbbellConfig, resolve_shaper
 from bufsize.topologies.delay import HELPER, netem_commands
 from bufsize.topologies.dumbbell import OFFLOADS_OFF, Dumbbell, Host, tcp_sysctls
 from bufsize.topologies.machine import format_report, probe, qdisc_support, resolve_backend
 from bufsize.topologies.proc import run
-from bufsize.verify import (
-    RATE_HIGH,
-    PingResult,
-    measure_rate,
-    summarize,
-)
 
 pytestmark = [pytest.mark.vm, pytest.mark.integration]
 

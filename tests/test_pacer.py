@@ -9,11 +9,11 @@ import time
 import pytest
 from conftest import in_ns
 
-from bufsize.longlived.traffic import LongFlows
 from bufsize.monitors import fidelity
 from bufsize.topologies import FRAME_BYTES, shaper
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.dumbbell import Dumbbell
+from bufsize.traffic.longflows import LongFlows
 
 pytestmark = pytest.mark.integration
 

@@ -41,7 +41,7 @@ def test_pip_install_outside_the_checkout(tmp_path, root):
                               cwd=elsewhere, timeout=300)  # fmt: skip
 
     assert run("--version").stdout.strip() == f"bufsize {__version__}"
-    show = "import bufsize.topologies.projectfiles as p, bufsize.topologies.delay as d; print(p.REFERENCE_DIR);"
+    show = "import bufsize.scaffold.projectfiles as p, bufsize.topologies.delay as d; print(p.REFERENCE_DIR);"
     show += "print(p.COURSE_RUNS_DIR); print(d.HELPER)"
     where = subprocess.run([str(venv / "bin" / "python"), "-c", show], capture_output=True, text=True, cwd=elsewhere,
                            check=True).stdout.split()  # fmt: skip

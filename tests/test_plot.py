@@ -9,13 +9,13 @@ import statistics
 
 import pytest
 
+from bufsize.cli.plot import plot_dir
 from bufsize.longlived.report import (
     HARDWARE_TSV,
     MININET_2012_TSV,
     beside_label,
     make_report,
     percent,
-    plot_dir,
     reference_runs,
     rtt_words,
     runs_cell,

@@ -92,10 +92,10 @@ def test_the_option_reaches_search_and_sweep_and_sweeps_made_before_it_resume_on
     import json
 
     from bufsize.cli import build_parser
-    from bufsize.commands import cmd_search
+    from bufsize.cli.commands import cmd_search
+    from bufsize.cli.sim import search_options
     from bufsize.longlived.sweep import existing_manifest, make_spec, spec_from_args
     from bufsize.monitors.cpu import SAMPLE_STEAL_LIMIT
-    from bufsize.sim.cli import search_options
     from bufsize.topologies.errors import UsageError
 
     p = build_parser()
@@ -120,7 +120,7 @@ def test_print_config_names_the_limit(capsys):
     import json
 
     from bufsize.cli import build_parser
-    from bufsize.commands import cmd_search
+    from bufsize.cli.commands import cmd_search
 
     p = build_parser()
     assert cmd_search(p.parse_args(["search", "--flows", "2", "--print-config"])) == 0

@@ -12,11 +12,11 @@ import pytest
 from conftest import spec_of
 
 from bufsize.cli import build_parser
-from bufsize.longlived.traffic import LongFlows
-from bufsize.shortflows.generator import SO_MAX_PACING_RATE
 from bufsize.topologies.config import DumbbellConfig, pacing_cap_bps, tcp_changes
 from bufsize.topologies.dumbbell import Dumbbell
 from bufsize.topologies.errors import UsageError
+from bufsize.traffic.generator import SO_MAX_PACING_RATE
+from bufsize.traffic.longflows import LongFlows
 
 UNSET = 2**64 - 1  # the kernel's ~0UL: no cap, no pacing asked
 
@@ -83,7 +83,7 @@ def test_every_long_flow_socket_on_the_senders_carries_the_cap_when_paced(no_lef
 
 
 def test_the_twin_takes_the_option_into_its_config_and_sweep_and_old_twin_sweeps_resume_unpaced(tmp_path):
-    from bufsize.sim.cli import sim_config
+    from bufsize.cli.sim import sim_config
     from bufsize.sim.sweep import SimSweepSpec, open_sim_sweep
     from bufsize.topologies.nssim import SimConfig, SimDumbbell
 
@@ -118,8 +118,8 @@ def test_the_short_flow_generator_sets_the_cap_on_each_transfer_socket_when_aske
     it made carried the cap (or none) when it was closed."""
     import asyncio
 
-    from bufsize.shortflows.generator import Generator, Transfer
-    from bufsize.shortflows.workload import Workload
+    from bufsize.traffic.generator import Generator, Transfer
+    from bufsize.traffic.workload import Workload
 
     seen: list[int] = []
 

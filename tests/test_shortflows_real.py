@@ -10,10 +10,10 @@ from collections import Counter
 
 import pytest
 
-from bufsize.shortflows.driver import ShortFlows
-from bufsize.shortflows.workload import MSS_BYTES, Workload
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.dumbbell import Dumbbell
+from bufsize.traffic.shortflows import ShortFlows
+from bufsize.traffic.workload import MSS_BYTES, Workload
 from tests.conftest import bufsize
 
 RTT_S = 0.02

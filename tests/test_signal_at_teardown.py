@@ -17,8 +17,8 @@ from types import SimpleNamespace
 import pytest
 
 from bufsize.cli import _on_signal
-from bufsize.experiment import Experiment
 from bufsize.monitors.drops import DropSummary
+from bufsize.scaffold.experiment import Experiment
 from bufsize.topologies.cleanup import _DEFERRALS, release_deferred_signals, signals_held
 from bufsize.topologies.config import DumbbellConfig
 

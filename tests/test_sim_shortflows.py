@@ -14,10 +14,10 @@ import pytest
 from conftest import BUFSIZE
 
 from bufsize.shortflows.loss import LossSpec
-from bufsize.shortflows.workload import MSS_BYTES, Workload, wire_bytes
 from bufsize.sim.shortexp import open_transfers, user_cycles
 from bufsize.topologies.errors import RunError, UsageError
 from bufsize.topologies.nssim import SimConfig, SimDumbbell
+from bufsize.traffic.workload import MSS_BYTES, Workload, wire_bytes
 
 RATE, RTT = 10.0, 20.0  # Mb/s, ms
 

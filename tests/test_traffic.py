@@ -9,11 +9,11 @@ import time
 import pytest
 from conftest import in_ns
 
-from bufsize.longlived.traffic import LongFlows, hold_s, split_flows
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.counters import InterfaceCounters, rate_mbps
 from bufsize.topologies.dumbbell import Dumbbell
 from bufsize.topologies.errors import RunError, UsageError
+from bufsize.traffic.longflows import LongFlows, hold_s, split_flows
 
 
 def test_flows_split_evenly_over_hosts():

@@ -20,7 +20,7 @@ from bufsize.shortflows.stats import (
     throughput_distribution,
     transfer_counts,
 )
-from bufsize.shortflows.workload import MSS_BYTES, wire_bytes
+from bufsize.traffic.workload import MSS_BYTES, wire_bytes
 
 
 def row(i: int, packets: float, fct: float, status: str = "done", t: float = 0.0, **kw) -> dict:
@@ -117,7 +117,7 @@ def test_model_beside_uses_the_lengths_sent_and_the_initial_window() -> None:
 
 
 def test_line_time_lost_over_the_window_flags_a_stall() -> None:
-    from bufsize.experiment import line_lost
+    from bufsize.scaffold.experiment import line_lost
     from bufsize.shortflows.run import line_kept_time
 
     s0 = {"line": {"clock_resets": 3, "lost_ns": 1_000_000}}

@@ -8,7 +8,9 @@ import statistics
 
 import pytest
 
-from bufsize.shortflows.workload import (
+from bufsize.topologies import FRAME_BYTES
+from bufsize.topologies.errors import UsageError
+from bufsize.traffic.workload import (
     HEADER_BYTES,
     MSS_BYTES,
     SizeDistribution,
@@ -18,8 +20,6 @@ from bufsize.shortflows.workload import (
     parse_length,
     wire_bytes,
 )
-from bufsize.topologies import FRAME_BYTES
-from bufsize.topologies.errors import UsageError
 
 
 def test_lengths_are_packets_unless_given_in_bytes() -> None:
@@ -126,7 +126,7 @@ def test_workload_refuses_what_cannot_run(kw: dict, match: str) -> None:
 
 @pytest.mark.parametrize("kind", ["exp", "pareto"])
 def test_think_times_have_the_asked_mean(kind: str) -> None:
-    from bufsize.shortflows.workload import think_time
+    from bufsize.traffic.workload import think_time
 
     w = Workload(users=1, think_s=3.0, think=kind, transfers=1)
     rng = random.Random(9)

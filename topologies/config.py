@@ -38,7 +38,7 @@ SHAPER_CHOICES = ("auto", *SHAPERS)
 # line too, with a warning before the run and in the result: line_capacity_warning). Until 2026-11-26
 # this was 100: at 400 hosts the traffic saturated the one CPU the line leaves on a 2-core machine,
 # half of it iperf 2's reporter threads waking every few ms (perf). With iperf's timer slack
-# (buffersizing/longlived/traffic.py) and the toolkit's own threads off the line's CPU (topologies/dumbbell.py),
+# (buffersizing/traffic/longflows.py) and the toolkit's own threads off the line's CPU (topologies/dumbbell.py),
 # 800 flows over 400 hosts left that CPU 29 % idle and the line put 1.0-1.3 % of gaps >10 % off,
 # reference 0.995-1.000 of C, 3 of 3 runs valid (bench/results/shaper-scale/).
 LINE_MAX_HOSTS_PER_CPU = 400

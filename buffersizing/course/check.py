@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bufsize.course import starter
+from bufsize.scaffold.projectfiles import COURSE_RUNS_DIR
 from bufsize.theory.model import stanford_packets
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.errors import UsageError
-from bufsize.topologies.projectfiles import COURSE_RUNS_DIR
 
 # The committed runs span a range; a student's single-probe search lands within it, widened by these
 # factors (a probe is one 6 s sample: the committed runs alone show how far one run moves the answer).

@@ -18,14 +18,14 @@ import statistics
 import sys
 
 from bufsize.longlived.search import SearchOptions, run_search
-from bufsize.longlived.traffic import LongFlows
-from bufsize.shell import monitor
+from bufsize.mininet.adapter import make_view
+from bufsize.monitors.live import monitor
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.dumbbell import Dumbbell
 from bufsize.topologies.machine import delay_backend, require_root
-from bufsize.topologies.mininet_adapter import make_view
 from bufsize.topologies.proc import sleep_checked
+from bufsize.traffic.longflows import LongFlows
 
 HOSTS, FLOWS, RATE_MBPS, RTT_MS = 4, 8, 20.0, 40.0
 WATCH_S = 3.0

@@ -23,15 +23,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bufsize import __version__
-from bufsize.longlived.traffic import LongFlows
 from bufsize.monitors.rate import sample_rates
-from bufsize.resultdir import check_out_dir
+from bufsize.scaffold.resultdir import check_out_dir
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.dumbbell import Dumbbell
 from bufsize.topologies.machine import delay_backend, require_root
 from bufsize.topologies.proc import sleep_checked
 from bufsize.topologies.safefiles import make_dirs, write_atomic
+from bufsize.traffic.longflows import LongFlows
 
 # The configuration the handout's questions and `bufsize course check` expect.
 HOSTS, RATE_MBPS, RTT_MS, CC = 8, 20.0, 40.0, "reno"

@@ -16,14 +16,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from bufsize.cautions import describe as describe_cautions
-from bufsize.experiment import MAX_WAIT_S, MIN_SAMPLE_S, Experiment, Say, check_fidelity_s
 from bufsize.longlived.dynamics import auto_timing
-from bufsize.longlived.traffic import LongFlows, split_flows
 from bufsize.monitors.cpu import CpuMonitor
 from bufsize.monitors.rate import sample_rates
 from bufsize.monitors.recorder import Recorder, queue_stats
 from bufsize.monitors.tcpstats import counter_delta, read_counters, recovery_shares
+from bufsize.scaffold.cautions import describe as describe_cautions
+from bufsize.scaffold.experiment import MAX_WAIT_S, MIN_SAMPLE_S, Experiment, Say, check_fidelity_s
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.counters import InterfaceCounters
@@ -31,6 +30,7 @@ from bufsize.topologies.delay import timing_between
 from bufsize.topologies.dumbbell import Dumbbell
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.units import check_buffer_bytes, check_number
+from bufsize.traffic.longflows import LongFlows, split_flows
 
 REFERENCE_BDPS = 2
 MAX_DURATION_S = 3600.0

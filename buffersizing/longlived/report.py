@@ -12,13 +12,13 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from bufsize.cautions import table_note
-from bufsize.resultdir import read_finished
+from bufsize.scaffold.cautions import table_note
+from bufsize.scaffold.projectfiles import REFERENCE_DIR
+from bufsize.scaffold.resultdir import read_finished
 from bufsize.theory.ccrules import CcRule, rule_for
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import tcp_changes
 from bufsize.topologies.errors import UsageError
-from bufsize.topologies.projectfiles import REFERENCE_DIR
 from bufsize.topologies.safefiles import atomic_text, save_figure, write_atomic
 
 HARDWARE_TSV = "hardware-netfpga-62.5mbps-87ms.tsv"
@@ -444,50 +444,3 @@ def rtt_words(r: dict) -> str:
     if min(rtts) == max(rtts):
         return f"RTT {rtts[0]:g} ms"
     return f"RTT {min(rtts):g}..{max(rtts):g} ms (mean {r['rtt_ms_for_theory']:g})"
-
-
-def plot_dir(
-    given: str | Path,
-    title: str | None = None,
-    with_sim: str | Path | None = None,
-    beside: Sequence[str | Path] = (),
-) -> list[Path]:
-    """`bufsize plot`: a sweep's figure and table, or one run's monitor plots redrawn from its CSVs."""
-    if not str(given).strip():  # Path("") would be the current directory
-        raise UsageError(f"dir '{given}': empty; give a sweep or run directory")
-    d = Path(given)
-    if not d.is_dir():
-        raise UsageError(f"dir {d}: not a directory")
-    sim = Path(with_sim) if with_sim is not None else None
-    if sim is not None and (not str(with_sim).strip() or not sim.is_dir()):
-        raise UsageError(f"--with-sim {with_sim}: not a directory")
-    for b in beside:
-        if not str(b).strip() or not Path(b).is_dir():
-            raise UsageError(f"--beside {b}: not a directory")
-    try:
-        return _plot_dir(d, title, sim, [Path(b) for b in beside])
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError, OverflowError) as e:
-        # The files are the user's (or another version's): what they hold is reported, not a traceback.
-        detail = " ".join(str(e).split())[:200]
-        raise UsageError(f"{d}: cannot plot what it holds ({type(e).__name__}: {detail})") from e
-    except RecursionError as e:
-        raise UsageError(f"{d}: cannot plot what it holds (nested too deeply)") from e
-
-
-def _plot_dir(d: Path, title: str | None, with_sim: Path | None = None, beside: Sequence[Path] = ()) -> list[Path]:
-    if (d / "result.json").exists():
-        if with_sim is not None or beside:
-            raise UsageError("--with-sim and --beside go with a sweep directory, not one run's")
-        if read_finished(d / "result.json") is None:
-            raise UsageError(f"{d}/result.json: not a JSON object (truncated, or not a result)")
-        from bufsize.monitors.plots import plot_run
-
-        paths = plot_run(d, title)
-        if (d / "transfers.csv").exists():  # a `bufsize shortflows` run
-            from bufsize.shortflows.plots import plot_shortflows
-
-            paths += plot_shortflows(d)
-        if not paths:
-            raise UsageError(f"{d}: no monitor data (queue.csv, rate.csv, ...) to plot")
-        return paths
-    return make_report(d, title, with_sim, beside)

@@ -19,8 +19,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
-from bufsize.cautions import describe as describe_cautions
-from bufsize.experiment import MAX_WAIT_S, MIN_SAMPLE_S, Experiment, Say, check_fidelity_s
 from bufsize.longlived.dynamics import (
     EPISODES_PER_SAMPLE,
     LossCycle,
@@ -34,11 +32,12 @@ from bufsize.longlived.dynamics import (
     sample_floor_s,
 )
 from bufsize.longlived.median_search import MedianSearch, Probe, SearchResult
-from bufsize.longlived.traffic import LongFlows, split_flows
 from bufsize.monitors.cpu import SAMPLE_STEAL_LIMIT, CpuMonitor, steal_note
 from bufsize.monitors.rate import quiet_samples, sample_rates
 from bufsize.monitors.recorder import queue_stats, window
 from bufsize.monitors.tcpstats import counter_delta, read_counters, recovery_shares
+from bufsize.scaffold.cautions import describe as describe_cautions
+from bufsize.scaffold.experiment import MAX_WAIT_S, MIN_SAMPLE_S, Experiment, Say, check_fidelity_s
 from bufsize.theory.ccrules import rule_for
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
@@ -49,6 +48,7 @@ from bufsize.topologies.errors import RunError, UsageError
 from bufsize.topologies.qdisc_stats import QdiscSample
 from bufsize.topologies.safefiles import atomic_text
 from bufsize.topologies.units import check_number
+from bufsize.traffic.longflows import LongFlows, split_flows
 
 CALIBRATION_BDPS = 2  # calibration buffer, in bandwidth-delay products
 # Calibration takes half its samples, and the rest only if those differ by more than this share: at

@@ -25,14 +25,14 @@ from pathlib import Path
 from bufsize.longlived.dynamics import estimate_search_seconds
 from bufsize.longlived.presets import preset
 from bufsize.longlived.search import FirstGuess, SearchOptions, default_samples, run_search
-from bufsize.longlived.traffic import MAX_FLOWS
-from bufsize.manifest import machine_manifest
 from bufsize.monitors.cpu import SAMPLE_STEAL_LIMIT
-from bufsize.options import parse_flow_list
-from bufsize.resultdir import check_out_dir, read_finished, write_json_atomic
+from bufsize.scaffold.lists import parse_flow_list
+from bufsize.scaffold.manifest import machine_manifest
+from bufsize.scaffold.resultdir import check_out_dir, read_finished, write_json_atomic
 from bufsize.topologies.config import PACER_DEFAULT, DumbbellConfig, parse_rtts, resolve_shaper
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.safefiles import make_dirs
+from bufsize.traffic.longflows import MAX_FLOWS
 
 
 @dataclass

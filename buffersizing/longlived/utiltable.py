@@ -18,17 +18,17 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from bufsize.experiment import Say
 from bufsize.longlived.measure import MeasureOptions, run_measure
 from bufsize.longlived.report import REFERENCE_DIR, read_tsv
-from bufsize.longlived.traffic import MAX_FLOWS
-from bufsize.resultdir import check_out_dir, read_finished, write_json_atomic
+from bufsize.scaffold.experiment import Say
+from bufsize.scaffold.resultdir import check_out_dir, read_finished, write_json_atomic
 from bufsize.theory import model
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import MAX_HOSTS, DumbbellConfig
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.safefiles import atomic_text, save_figure, write_atomic
 from bufsize.topologies.units import check_buffer_bytes
+from bufsize.traffic.longflows import MAX_FLOWS
 
 GSR_TSV = "gsr-oc3-utilization-table.tsv"
 PUBLISHED_BDP = 1291

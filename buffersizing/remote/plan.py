@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bufsize.longlived.sweep import SweepSpec, finished, grown_manifest, point_dir
-from bufsize.resultdir import read_finished, write_json_atomic
+from bufsize.scaffold.resultdir import read_finished, write_json_atomic
 from bufsize.topologies.errors import UsageError
 
 Point = tuple[int, int]

@@ -69,7 +69,7 @@ from bufsize.remote.plan import (
     write_manifest,
 )
 from bufsize.remote.ssh import SSH_ERRORS, MachineCannotRun, MachineUnreachable, connect, explain, q, sh
-from bufsize.resultdir import check_out_dir, table_rows
+from bufsize.scaffold.resultdir import check_out_dir, table_rows
 from bufsize.topologies.errors import RunError, UsageError
 
 REPO = Path(__file__).resolve().parents[2]

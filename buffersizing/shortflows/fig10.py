@@ -23,12 +23,12 @@ from pathlib import Path
 from bufsize.shortflows.plots import finish_axes, pyplot, save_figure
 from bufsize.shortflows.run import ShortFlowOptions
 from bufsize.shortflows.series import finished_points, write_table
-from bufsize.shortflows.workload import Workload
 from bufsize.theory import model
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig, parse_rtts
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.units import packets_to_bytes
+from bufsize.traffic.workload import Workload
 
 
 @dataclass

@@ -25,11 +25,11 @@ from pathlib import Path
 from bufsize.shortflows.plots import finish_axes, pyplot, save_figure
 from bufsize.shortflows.run import ShortFlowOptions
 from bufsize.shortflows.series import finished_points, write_table
-from bufsize.shortflows.workload import Workload
 from bufsize.theory import model
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.units import check_buffer_bytes, packets_to_bytes
+from bufsize.traffic.workload import Workload
 
 # 18 RTTs from 30 to 530 ms, 30 x (530/30)^((i/17)^1.88), rounded: harmonic mean 60.0 ms.
 SEED001_RTTS_MS = [30, 30, 32, 33, 36, 40, 45, 52, 60, 72, 86, 106, 133, 170, 220, 290, 389, 530]

@@ -19,14 +19,11 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from bufsize.cautions import describe as describe_cautions
-from bufsize.experiment import Experiment, Say, check_fidelity_s, line_lost
 from bufsize.longlived.dynamics import auto_timing
 from bufsize.longlived.measure import MIN_WARMUP_S
-from bufsize.longlived.traffic import MAX_FLOWS
 from bufsize.monitors.recorder import idle_per_second, queue_stats
-from bufsize.shortflows.driver import ShortFlowRecords, ShortFlows
-from bufsize.shortflows.generator import COLUMNS
+from bufsize.scaffold.cautions import describe as describe_cautions
+from bufsize.scaffold.experiment import Experiment, Say, check_fidelity_s, line_lost
 from bufsize.shortflows.plots import plot_shortflows
 from bufsize.shortflows.stats import (
     fct_by_size,
@@ -40,13 +37,16 @@ from bufsize.shortflows.stats import (
     throughput_distribution,
     transfer_counts,
 )
-from bufsize.shortflows.workload import MSS_BYTES, Workload
 from bufsize.theory import model
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.safefiles import atomic_text
 from bufsize.topologies.units import check_buffer_bytes, check_number, packets_to_bytes
+from bufsize.traffic.generator import COLUMNS
+from bufsize.traffic.longflows import MAX_FLOWS
+from bufsize.traffic.shortflows import ShortFlowRecords, ShortFlows
+from bufsize.traffic.workload import MSS_BYTES, Workload
 
 MAX_LINE_LOST = 0.001  # of the measured window; quiet runs lose nothing (bench/results/line-quick-n10*)
 MAX_LATE_P99_S = 0.02  # open-loop arrivals later than this (p99) mean the generator fell behind

@@ -16,9 +16,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Protocol
 
-from bufsize.cautions import table_note
-from bufsize.manifest import machine_manifest
-from bufsize.resultdir import read_finished, write_json_atomic
+from bufsize.scaffold.cautions import table_note
+from bufsize.scaffold.manifest import machine_manifest
+from bufsize.scaffold.resultdir import read_finished, write_json_atomic
 from bufsize.shortflows.run import ShortFlowOptions, run_shortflows
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.errors import UsageError

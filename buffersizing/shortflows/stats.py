@@ -10,7 +10,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from bufsize.shortflows.workload import MSS_BYTES, wire_bytes
+from bufsize.traffic.workload import MSS_BYTES, wire_bytes
 
 
 def percentile(xs: Sequence[float], p: float) -> float:

@@ -22,11 +22,11 @@ from pathlib import Path
 from bufsize.shortflows.plots import finish_axes, pyplot, save_figure
 from bufsize.shortflows.run import ShortFlowOptions
 from bufsize.shortflows.series import finished_points, write_table
-from bufsize.shortflows.workload import Workload
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.units import packets_to_bytes
+from bufsize.traffic.workload import Workload
 
 BUFFERS = ("normal", "sqrtn")
 

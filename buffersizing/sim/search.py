@@ -36,9 +36,9 @@ from bufsize.longlived.search import (
     theory,
     write_samples_csv,
 )
-from bufsize.manifest import project_commit
 from bufsize.monitors.tcpstats import twin_counters
-from bufsize.resultdir import write_json_atomic
+from bufsize.scaffold.manifest import project_commit
+from bufsize.scaffold.resultdir import write_json_atomic
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.errors import RunError, UsageError
 from bufsize.topologies.nssim import HELPER, NS3_WHEEL, Interval, SimConfig, SimDumbbell, ns3_version

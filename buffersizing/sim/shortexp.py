@@ -26,18 +26,18 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from bufsize.resultdir import check_out_dir, read_finished, write_json_atomic
+from bufsize.scaffold.resultdir import check_out_dir, read_finished, write_json_atomic
 from bufsize.shortflows.loss import PUBLISHED, LossSpec, loss_rows, write_loss_report
 from bufsize.shortflows.mix import MixSpec, mix_rows, write_mix_report
 from bufsize.shortflows.run import ShortFlowOptions
 from bufsize.shortflows.stats import offered_load, percentile, size_bins, size_packets
-from bufsize.shortflows.workload import Workload, open_loop_arrivals, think_time
 from bufsize.sim.search import simulator_manifest
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.nssim import SimConfig, SimDumbbell, SimTransfer
 from bufsize.topologies.safefiles import make_dirs, write_atomic
+from bufsize.traffic.workload import Workload, open_loop_arrivals, think_time
 
 MAX_USER_CYCLES = 10_000  # (think, size) pairs given to one user: a user with no think time stops there
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bufsize.longlived.search import SearchOptions
 from bufsize.longlived.sweep import clock, finished, point_dir
-from bufsize.resultdir import check_out_dir, write_json_atomic
+from bufsize.scaffold.resultdir import check_out_dir, write_json_atomic
 from bufsize.sim.search import check_start_buffer, run_sim_search, simulator_manifest, validate
 from bufsize.topologies.config import parse_rtts
 from bufsize.topologies.errors import UsageError

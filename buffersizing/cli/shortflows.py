@@ -7,8 +7,9 @@ import json
 import math
 from pathlib import Path
 
-from bufsize import options
-from bufsize.resultdir import check_out_dir, table_rows
+from bufsize.cli import options
+from bufsize.scaffold import lists
+from bufsize.scaffold.resultdir import check_out_dir, table_rows
 from bufsize.shortflows.fig10 import Fig10Spec
 from bufsize.shortflows.fig12 import Fig12Spec
 from bufsize.shortflows.loss import LossSpec
@@ -16,10 +17,10 @@ from bufsize.shortflows.mix import MixSpec
 from bufsize.shortflows.run import SHORT_WARMUP_S, ShortFlowOptions, format_shortflows, run_shortflows
 from bufsize.shortflows.series import run_series
 from bufsize.shortflows.transfer import TransferSpec
-from bufsize.shortflows.workload import DEFAULT_CAP_BYTES, Workload
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.machine import require_root
 from bufsize.topologies.units import check_number
+from bufsize.traffic.workload import DEFAULT_CAP_BYTES, Workload
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -102,7 +103,7 @@ EXPERIMENTS = {
 }
 # Each option: the spec field it sets and how its text becomes the value.
 FIELDS = {
-    "rates": ("rates_mbps", lambda t: options.parse_float_list("--rates", t, 0, 1000)),
+    "rates": ("rates_mbps", lambda t: lists.parse_float_list("--rates", t, 0, 1000)),
     "lengths": ("lengths", lambda t: whole_numbers("--lengths", t)),
     "initcwnd": ("initcwnd", int),
     "max_window": ("max_window", int),
@@ -131,7 +132,7 @@ def experiment_spec(a: argparse.Namespace) -> Fig10Spec | Fig12Spec | LossSpec |
 
 
 def whole_numbers(name: str, text: str) -> list[int]:
-    xs = options.parse_float_list(name, text, 0, 100_000)
+    xs = lists.parse_float_list(name, text, 0, 100_000)
     if not all(x.is_integer() for x in xs):
         raise UsageError(f"{name} {text}: whole numbers")
     return [int(x) for x in xs]

@@ -12,10 +12,11 @@ import os
 import sys
 from pathlib import Path
 
-from bufsize import options
-from bufsize.experiment import Say, stderr_say
+from bufsize.cli import options
 from bufsize.longlived.measure import MeasureOptions
-from bufsize.resultdir import check_out_dir, table_rows
+from bufsize.scaffold import lists
+from bufsize.scaffold.experiment import Say, stderr_say
+from bufsize.scaffold.resultdir import check_out_dir, table_rows
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.machine import delay_backend, require_root
@@ -36,9 +37,9 @@ def quiet_if(flag: bool) -> Say | None:
 
 
 def cmd_doctor(a: argparse.Namespace) -> int:
-    from bufsize.cautions import idle_report, steal_report
     from bufsize.longlived.presets import format_preset_methods, preset_methods
     from bufsize.monitors.cpu import steal_since_boot, steal_under_wakeups
+    from bufsize.scaffold.cautions import idle_report, steal_report
     from bufsize.topologies.machine import cpuidle_driver, format_report, halt_poll_ns, probe
 
     caps = probe()
@@ -59,7 +60,7 @@ def cmd_doctor(a: argparse.Namespace) -> int:
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
-    from bufsize.verify import check_duration, format_summary, run_verify
+    from bufsize.longlived.verify import check_duration, format_summary, run_verify
 
     cfg = options.config_from_args(a)
     check_duration(a.duration)
@@ -73,8 +74,8 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
 
 def cmd_flows(a: argparse.Namespace) -> int:
-    from bufsize.flows import check_duration, format_flows, run_flows
-    from bufsize.longlived.traffic import split_flows
+    from bufsize.longlived.flows import check_duration, format_flows, run_flows
+    from bufsize.traffic.longflows import split_flows
 
     cfg = options.config_from_args(a)
     split_flows(a.flows, cfg.hosts)
@@ -138,8 +139,8 @@ def cmd_measure(a: argparse.Namespace) -> int:
 def cmd_util_table(a: argparse.Namespace) -> int:
     from bufsize.longlived.utiltable import MAX_MULTIPLE, check_table, run_util_table
 
-    flows = options.parse_flow_list(a.flows)
-    multiples = options.parse_float_list("--multiples", a.multiples, 0, MAX_MULTIPLE)
+    flows = lists.parse_flow_list(a.flows)
+    multiples = lists.parse_float_list("--multiples", a.multiples, 0, MAX_MULTIPLE)
     check_table(flows, multiples, a.hosts)
     configs = {n: options.link_config(a, min(n, a.hosts)) for n in flows}
     opts = {n: measure_options(a, n, configs[n]) for n in flows}
@@ -188,7 +189,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
 
 
 def cmd_plot(a: argparse.Namespace) -> int:
-    from bufsize.longlived.report import plot_dir
+    from bufsize.cli.plot import plot_dir
 
     paths = plot_dir(a.dir, a.title, a.with_sim, a.beside)
     print(
@@ -208,7 +209,7 @@ def cmd_clean(a: argparse.Namespace) -> int:
 
 
 def cmd_quick(a: argparse.Namespace) -> int:
-    from bufsize.quick import plan_quick, run_quick
+    from bufsize.longlived.quick import plan_quick, run_quick
 
     if a.dry_run:
         p = plan_quick(a.out)

@@ -14,11 +14,12 @@ import sys
 import time
 from pathlib import Path
 
-from bufsize.commands import quiet_if, result_dir
+from bufsize.cli.commands import quiet_if, result_dir
+from bufsize.cli.options import add_result_args, add_search_args, add_sender_pacing_arg
 from bufsize.longlived.search import CALIBRATION_BDPS, SearchOptions, default_samples
 from bufsize.monitors.tcpstats import recovery_shares, twin_counters
-from bufsize.options import add_result_args, add_search_args, add_sender_pacing_arg, parse_flow_list
-from bufsize.resultdir import check_out_dir, write_json_atomic
+from bufsize.scaffold.lists import parse_flow_list
+from bufsize.scaffold.resultdir import check_out_dir, write_json_atomic
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import parse_rtts
 from bufsize.topologies.errors import UsageError
@@ -235,7 +236,7 @@ def cmd_sim_sweep(a: argparse.Namespace) -> int:
     check_jobs(jobs)
     out = check_out_dir(a.out)
     res = run_sim_sweep(out, spec, jobs)
-    from bufsize.longlived.report import plot_dir
+    from bufsize.cli.plot import plot_dir
 
     for p in plot_dir(out):
         print(f"wrote {p}", file=sys.stderr)
@@ -243,7 +244,7 @@ def cmd_sim_sweep(a: argparse.Namespace) -> int:
 
 
 def cmd_sim_shortexp(a: argparse.Namespace) -> int:
-    from bufsize.shortflows.cli import experiment_spec
+    from bufsize.cli.shortflows import experiment_spec
     from bufsize.shortflows.loss import LossSpec
     from bufsize.shortflows.mix import MixSpec
     from bufsize.sim.shortexp import TwinTcp, check_beside, run_twin_series, sim_config

@@ -1,8 +1,8 @@
 """The short-flow generator: one process, one event loop, real kernel TCP from every sender host.
 
-Started by bufsize.shortflows.driver inside the receiver's namespace:
+Started by bufsize.traffic.shortflows inside the receiver's namespace:
 
-    python -m bufsize.shortflows.generator SPEC.json
+    python -m bufsize.traffic.generator SPEC.json
 
 It listens on the receiver, then starts transfers from the sender hosts' namespaces (each client
 socket is made in its host's namespace: bufsize.topologies.netns.NamespaceSockets) as the workload says.
@@ -35,9 +35,9 @@ import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from bufsize.shortflows.workload import HEADER_BYTES, Workload, open_loop_arrivals, think_time
 from bufsize.topologies.netns import NamespaceSockets
 from bufsize.topologies.safefiles import open_new, write_atomic
+from bufsize.traffic.workload import HEADER_BYTES, Workload, open_loop_arrivals, think_time
 
 HEADER = struct.Struct("!QQ")  # transfer id, size in bytes (the header counts toward the size)
 CHUNK = 1 << 20
@@ -348,7 +348,7 @@ class Generator:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m bufsize.shortflows.generator SPEC.json", file=sys.stderr)
+        print("usage: python -m bufsize.traffic.generator SPEC.json", file=sys.stderr)
         return 2
     spec = json.loads(Path(argv[1]).read_text())
     # Two descriptors per running transfer (sender and receiver ends) plus one per host namespace.

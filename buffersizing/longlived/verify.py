@@ -10,10 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from bufsize.experiment import Experiment, Say
-from bufsize.longlived.traffic import LongFlows
-from bufsize.manifest import machine_manifest
-from bufsize.resultdir import write_json_atomic
+from bufsize.scaffold.experiment import Experiment, Say
+from bufsize.scaffold.manifest import machine_manifest
+from bufsize.scaffold.resultdir import write_json_atomic
 from bufsize.topologies import netns
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.counters import InterfaceCounters, rate_mbps
@@ -21,6 +20,7 @@ from bufsize.topologies.dumbbell import Dumbbell, Host
 from bufsize.topologies.errors import RunError
 from bufsize.topologies.proc import run, sleep_checked
 from bufsize.topologies.units import check_number
+from bufsize.traffic.longflows import LongFlows
 
 # Tolerances of the issue: min RTT within 1 % + 0.3 ms, rate within 97..101 % of configured.
 RTT_REL_TOL = 0.01

@@ -24,7 +24,7 @@ from bufsize.topologies.machine import (
 )
 from bufsize.topologies.proc import run
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # `bufsize remote` ships a commit as `git archive` output, which has no .git: it writes the commit
 # it shipped here, so results made from that copy still name their commit.
 SHIPPED_COMMIT = REPO / ".bufsize-commit"

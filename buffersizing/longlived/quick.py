@@ -9,11 +9,11 @@ from pathlib import Path
 
 from bufsize.longlived.report import make_report
 from bufsize.longlived.sweep import SweepSpec, clock, finished, format_plan, make_spec, plan, run_sweep
-from bufsize.resultdir import check_out_dir, read_finished
+from bufsize.longlived.verify import format_summary, run_verify
+from bufsize.scaffold.resultdir import check_out_dir, read_finished
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.machine import format_report, probe
 from bufsize.topologies.safefiles import write_atomic
-from bufsize.verify import format_summary, run_verify
 
 
 def quick_spec() -> SweepSpec:

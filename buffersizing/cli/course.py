@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from bufsize.course import check, starter
-from bufsize.resultdir import check_out_dir
+from bufsize.scaffold.resultdir import check_out_dir
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.safefiles import make_dirs, write_atomic
 

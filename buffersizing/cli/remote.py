@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from bufsize import options
+from bufsize.cli import options
 from bufsize.remote.plan import DEFAULT_REMOTE_DIR
 from bufsize.topologies.errors import UsageError
 

@@ -1,4 +1,4 @@
-"""Short-lived flows on a live dumbbell: the generator process (bufsize.shortflows.generator), its
+"""Short-lived flows on a live dumbbell: the generator process (bufsize.traffic.generator), its
 start, health, stop and records. The experiment (bufsize.shortflows.run) drives it."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from bufsize.shortflows.workload import Workload
 from bufsize.topologies.config import pacing_cap_bps
 from bufsize.topologies.dumbbell import Dumbbell
 from bufsize.topologies.errors import RunError
 from bufsize.topologies.proc import describe_exit
 from bufsize.topologies.safefiles import make_dirs, open_new, write_atomic
+from bufsize.traffic.workload import Workload
 
 READY_TIMEOUT_S = 20.0
 FLOAT_COLUMNS = ("t_planned", "t_start", "t_connected", "t_end", "fct_s")
@@ -89,7 +89,7 @@ class ShortFlows:
             "max_window_bytes": self.max_window_bytes,
         }
         write_atomic(self.dir / "spec.json", json.dumps(spec, indent=1))
-        argv = [sys.executable, "-m", "bufsize.shortflows.generator", str(self.dir / "spec.json")]
+        argv = [sys.executable, "-m", "bufsize.traffic.generator", str(self.dir / "spec.json")]
         # `-m` puts the working directory first on the path: "/" holds no `bufsize` to shadow the package.
         root = "/"
         err = open_new(self.dir / "stderr.txt")  # the child holds it; closed below

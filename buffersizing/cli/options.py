@@ -250,30 +250,3 @@ def config_from_args(a: argparse.Namespace) -> DumbbellConfig:
     if not 1 <= a.hosts <= MAX_HOSTS:  # before parse_rtts, which would spread a range over them
         raise UsageError(f"--hosts {a.hosts}: must be a whole number from 1 to {MAX_HOSTS}")
     return link_config(a, a.hosts, buffer_from_args(a.buffer_bytes, a.buffer_packets))
-
-
-def _split_list(name: str, text: str, example: str) -> list[str]:
-    """The comma-separated entries of a list option; an empty entry ('1,,2', '2,') is a typo, not a skip."""
-    parts = [p.strip() for p in text.split(",")]
-    if not all(parts):
-        raise UsageError(f"{name} {text}: expected numbers separated by commas, like {example}")
-    return parts
-
-
-def parse_float_list(name: str, text: str, lo: float, hi: float) -> list[float]:
-    """Numbers each finite and within (lo, hi]; the message quotes the list as typed."""
-    try:
-        vals = [float(v) for v in _split_list(name, text, "0.5,1,2,3")]
-    except ValueError as e:
-        raise UsageError(f"{name} {text}: expected numbers separated by commas, like 0.5,1,2,3") from e
-    if not all(math.isfinite(v) and lo < v <= hi for v in vals):
-        raise UsageError(f"{name} {text}: each must be more than {lo:g} and at most {hi:g}")
-    return vals
-
-
-def parse_flow_list(text: str) -> list[int]:
-    """Whole numbers only; their range is checked where they are used (SweepSpec, utiltable.check_table)."""
-    try:
-        return [int(v) for v in _split_list("--flows", text, "2,10,50")]
-    except ValueError as e:
-        raise UsageError(f"--flows {text}: expected whole numbers separated by commas, like 2,10,50") from e

@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from typing import Any, TextIO
 
-from bufsize import options
+from bufsize.cli import options
+from bufsize.mininet.adapter import import_mininet, make_view
+from bufsize.monitors.live import MONITOR_EVERY_S, monitor
 from bufsize.topologies.config import DumbbellConfig
-from bufsize.topologies.counters import rate_mbps
 from bufsize.topologies.dumbbell import Dumbbell
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.machine import require_root
-from bufsize.topologies.mininet_adapter import import_mininet, make_view
 from bufsize.topologies.units import MAX_BUFFER_BYTES, bytes_to_packets, check_number, packets_to_bytes
 
-MONITOR_EVERY_S = 0.1
 MAX_MONITOR_S = 3600.0
 
 
@@ -88,30 +86,6 @@ def make_cli_class() -> type:
             monitor(self.dumbbell, seconds, sys.stdout)
 
     return DumbbellCLI
-
-
-def monitor(net: Dumbbell, seconds: float, out: TextIO) -> list[dict]:
-    """Print (and return) one row per 0.1 s: Mb/s leaving the bottleneck, queue and drops."""
-    rows = []
-    out.write(f"{'t(s)':>6} {'rate(Mb/s)':>11} {'queue(pkts)':>12} {'queue(B)':>10} {'drops':>8}\n")
-    with net.bottleneck.counters() as counters, net.bottleneck.leaf_reader() as leaf:
-        t0 = prev = counters.read()
-        end = t0.t + seconds
-        while time.monotonic() < end - 1e-3:
-            time.sleep(MONITOR_EVERY_S)
-            now, q = counters.read(), leaf.read()
-            row = {
-                "t": round(now.t - t0.t, 3),
-                "rate_mbps": round(rate_mbps(prev, now), 3),
-                "qlen": q.qlen,
-                "backlog": q.backlog,
-                "drops": q.drops,
-            }
-            rows.append(row)
-            out.write(f"{row['t']:6.2f} {row['rate_mbps']:11.3f} {q.qlen:12d} {q.backlog:10d} {q.drops:8d}\n")
-            prev = now
-    out.flush()
-    return rows
 
 
 def run_shell(cfg: DumbbellConfig, backend: str, stdin: TextIO = sys.stdin) -> int:

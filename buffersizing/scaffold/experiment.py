@@ -24,15 +24,15 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
-from bufsize.cautions import cautions
-from bufsize.longlived.traffic import FlowStart, LongFlows
-from bufsize.manifest import machine_manifest
 from bufsize.monitors.cpu import MIN_IDLE
 from bufsize.monitors.drops import DropMonitor, DropSummary
 from bufsize.monitors.fidelity import MIN_BUSY_GAPS, FidelityMonitor
 from bufsize.monitors.plots import plot_run, write_fidelity_csv
 from bufsize.monitors.recorder import Recorder, Recording, summary, write_csvs
-from bufsize.resultdir import write_json_atomic
+from bufsize.scaffold.cautions import cautions
+from bufsize.scaffold.manifest import machine_manifest
+from bufsize.scaffold.projectfiles import FIDELITY_2012
+from bufsize.scaffold.resultdir import write_json_atomic
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.cleanup import SignalsDeferred, find_leftovers
 from bufsize.topologies.config import MAX_RATE_MBPS, DumbbellConfig, line_capacity_warning, shaper_choice
@@ -42,6 +42,7 @@ from bufsize.topologies.errors import RunError, UsageError
 from bufsize.topologies.ledger import live_runs
 from bufsize.topologies.proc import sleep_checked
 from bufsize.topologies.safefiles import make_dirs
+from bufsize.traffic.longflows import FlowStart, LongFlows
 
 GOOD_REFERENCE = 0.97  # of the nominal rate: below this the result is flagged
 MAX_FIDELITY_GT10 = 0.10  # fraction of gaps >10 % off ideal above which pacing is flagged (2012: 6-8 %)
@@ -377,7 +378,7 @@ class Experiment:
         write_json_atomic(out / "result.json", result)
         (out / "error.json").unlink(missing_ok=True)
         try:
-            plot_run(out)
+            plot_run(out, fidelity_2012=FIDELITY_2012)
         except Exception as e:  # plots are a convenience; the data and result are already written
             self.say(f"  plots not drawn: {type(e).__name__}: {e}")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from bufsize.experiment import Experiment, Say
+from bufsize.scaffold.experiment import Experiment, Say
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.units import check_number
 

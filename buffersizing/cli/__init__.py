@@ -11,13 +11,14 @@ import signal
 import sys
 from typing import NoReturn
 
-from bufsize import __version__, commands, options, shell
-from bufsize.course import cli as course_cli
-from bufsize.options import add_flows_arg, add_link_args, add_measure_args, add_result_args, add_search_args
-from bufsize.remote import cli as remote_cli
-from bufsize.shortflows import cli as shortflow_cli
-from bufsize.sim import cli as sim_cli
-from bufsize.theory import cli as model_cli
+from bufsize import __version__
+from bufsize.cli import commands, options, shell
+from bufsize.cli import course as course_cli
+from bufsize.cli import remote as remote_cli
+from bufsize.cli import shortflows as shortflow_cli
+from bufsize.cli import sim as sim_cli
+from bufsize.cli import theory as model_cli
+from bufsize.cli.options import add_flows_arg, add_link_args, add_measure_args, add_result_args, add_search_args
 from bufsize.topologies.cleanup import release_deferred_signals, what_remains_message
 from bufsize.topologies.errors import MachineError, RunError, UsageError
 
