@@ -15,18 +15,14 @@ from bufsize.monitors.base import Monitor
 MIN_IDLE = 0.10
 # Past this mean share of all CPU time taken by the hypervisor (steal, from /proc/stat) a search's
 # progress line names a probe's steal, and a result carries a caution (bufsize.scaffold.cautions): one limit
-# for both, so what a user watches and what the result says agree. On the development VM (2 vCPUs)
-# the five quick runs of 2026-11-28, with no steal, answered 46-50 packets at N = 10 cubic; on
-# 2026-11-29, with 6-9 % stolen, the same search answered 74 and 79, all valid
-# (docs/findings.md#answers-on-a-machine-whose-hypervisor-takes-cpu-2026-11-29). It was 2 % until
-# five measures at N = 100 cubic and the committed answer (12 packets, 99 % on 2026-11-27) carried
-# 95-96 % at 1.5-1.9 % steal, 91-93 % at 3.1-3.2 % and 79 % at 8.7 %. Reno at N = 10 did not move
-# at 3.8-8.1 %, and searches moved at 0.6 %: a marker, not a cause or a bound.
+# for both, so what a user watches and what the result says agree. Answers on a 2-vCPU VM moved by
+# more than half with a few percent of the CPU stolen, and a link that carried 99 % carried 95-96 %
+# at under 2 % steal: steal is a marker that answers may have moved, not a cause or a bound
+# (the measurements: docs/lab/constants.md#steal_limit).
 STEAL_LIMIT = 0.01
 # A search sample during which the hypervisor took more than this share of all CPU time is retaken
-# (monitors/rate.quiet_samples). On 2026-11-29, 2 s windows of fifteen one-minute measures at N = 100
-# cubic and 12 packets carried a median 99.0 % at up to 0.2 % steal, 98.8 % at 0.2-0.5 %, 98.0 % at
-# 0.5-1 % and 96.3 % at 1-2 %: past 0.5 % a sample reads low by more than the search's margin.
+# (monitors/rate.quiet_samples): past this share a sample reads low by more than the search's
+# margin (docs/lab/constants.md#sample_steal_limit).
 SAMPLE_STEAL_LIMIT = 0.005
 
 
@@ -42,7 +38,7 @@ class CpuShare:
     softirq: float
     idle: float
     # Time the hypervisor gave this VM's vCPUs to others (part of busy): the emulation's timers and
-    # softirqs wait through it. Recorded since 2026-11-28, when the many-flow answers moved by day.
+    # softirqs wait through it.
     steal: float = 0.0
 
     @property
@@ -72,10 +68,9 @@ class CpuMonitor(Monitor[CpuShare]):
 
 
 # The load steal_under_wakeups puts on each core for argv[1] seconds: WAKE_BUSY_S busy, then a
-# WAKE_SLEEP_S sleep, about WAKES_PER_S wake-ups a second, as an emulation's timers make. On the
-# development VM at one minute of 2026-11-29, busy loops alone saw 0.5-1.3 % of the CPU stolen and
-# this pattern 8-11 %: the hypervisor's steal comes with vCPU wake-ups (each waits to be scheduled
-# again), so a probe that never sleeps misses it.
+# WAKE_SLEEP_S sleep, about WAKES_PER_S wake-ups a second, as an emulation's timers make. The
+# hypervisor's steal comes with vCPU wake-ups (each waits to be scheduled again), so a probe that
+# never sleeps sees a fraction of it (docs/lab/constants.md#steal_under_wakeups).
 WAKE_BUSY_S, WAKE_SLEEP_S = 0.0003, 0.0002
 WAKES_PER_S = round(1 / (WAKE_BUSY_S + WAKE_SLEEP_S))
 WAKE_LOAD = (

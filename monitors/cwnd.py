@@ -38,7 +38,7 @@ EVENT = re.compile(
 # Events per second the trace is left to carry whole. The kernel formats every event as text, and at
 # 1 Gb/s (about 40,000 acks/s to the senders) reading them took about 15 % of the one CPU the
 # traffic has on a 2-core machine, which then saturated: the queue monitor fell behind and the
-# line's departures lagged 4.4 frames at p99 against 1.1 without the trace (2026-11-26, 20 flows,
+# line's departures lagged 4.4 frames at p99 against 1.1 without the trace (20 flows,
 # docs/scaling.md). Up to this many frames per second (about 240 Mb/s) every event is traced, as in
 # every committed result; above it the trace is on for only a share of each 100 ms (trace_duty).
 FULL_TRACE_FRAMES_PER_S = 20_000

@@ -168,7 +168,7 @@ def plot_run(d: Path, title: str | None = None, fidelity_2012: Path | None = Non
                 color=line.get_color(),
                 label=f"core {core} softirq",
             )
-            if "steal" in rows[0]:  # recorded since 2026-11-28
+            if "steal" in rows[0]:  # older runs have no steal column
                 ax.plot(col(rows, "t_s"), col(rows, "steal"), lw=0.8, ls="--", color=line.get_color(),
                         label=f"core {core} steal")  # fmt: skip
         ax.set_xlabel("time (s)")

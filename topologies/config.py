@@ -35,9 +35,9 @@ SHAPERS = (*TC_SHAPERS, "line")
 # is refused with the reason, and --shaper htb or tbf is the user's explicit choice.
 SHAPER_CHOICES = ("auto", *SHAPERS)
 # Sender hosts per CPU left to the traffic that the line was measured to keep up with (more run on the
-# line too, with a warning before the run and in the result: line_capacity_warning). Until 2026-11-26
-# this was 100: at 400 hosts the traffic saturated the one CPU the line leaves on a 2-core machine,
-# half of it iperf 2's reporter threads waking every few ms (perf). With iperf's timer slack
+# line too, with a warning before the run and in the result: line_capacity_warning). Without
+# iperf's timer slack, 400 hosts saturated the one CPU the line leaves on a 2-core machine, half of
+# it iperf 2's reporter threads waking every few ms (perf). With iperf's timer slack
 # (buffersizing/traffic/longflows.py) and the toolkit's own threads off the line's CPU (topologies/dumbbell.py),
 # 800 flows over 400 hosts left that CPU 29 % idle and the line put 1.0-1.3 % of gaps >10 % off,
 # reference 0.995-1.000 of C, 3 of 3 runs valid (bench/results/shaper-scale/).
@@ -212,9 +212,9 @@ class DumbbellConfig:
     # timer of 40 ms or more that adapts to the flow); False: every segment ACKed at once (the
     # route's quickack metric). bench/results/plateau/ measures what this does with many flows.
     delayed_ack: bool = True
-    # The long-lived flows' senders pace each flow (traffic.py: iperf's --fq-rate sets SO_MAX_PACING_RATE
+    # The long-lived flows' senders pace each flow (traffic/longflows.py: iperf's --fq-rate sets SO_MAX_PACING_RATE
     # to pacing_cap_bps); False: the kernel's default, a window's segments sent as fast as the access
-    # link takes them. Issue 33 item 4: do bursty arrivals set the many-flow plateau?
+    # link takes them. Whether bursty arrivals set the many-flow plateau: bench/results/plateau/.
     sender_pacing: bool = False
 
     @property

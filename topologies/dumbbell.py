@@ -40,11 +40,10 @@ from bufsize.topologies.proc import is_running, popen_dying_with_parent, run
 # On a KVM guest whose cpuidle driver is haltpoll, an idle vCPU polls up to this long before it
 # halts, while a run lasts. At 0 (the development VM's boot setting) it halts at once, and each
 # wake-up then waits for the hypervisor to run it again, counted as steal: the state in which
-# answers moved (docs/findings.md#idle-vcpus-that-poll-before-they-halt-2026-11-29). Measured on
-# 2026-11-29, N = 100 cubic at 12 packets for a minute, 7 runs a side (bench/results/halt-poll-2026-11-29):
-# polling up to 200 us (the kernel's own default) carried a median 97.2 % [89.1-98.5] of the link at
-# 0.7 % steal, halting at once 90.5 % [80.7-94.5] at 4.2 %. Raised for the run and restored after,
-# like the backlog; polling spends the host's CPU only while a vCPU waits for work, 200 us at most.
+# answers moved. Polling up to 200 us (the kernel's own default) kept the link about 7 points busier
+# than halting at once, with a sixth of the steal (docs/lab/constants.md#halt_poll_ns). Raised for
+# the run and restored after, like the backlog; polling spends the host's CPU only while a vCPU
+# waits for work, 200 us at most.
 HALT_POLL_NS = 200_000
 
 __all__ = ["OFFLOADS_OFF", "Dumbbell", "Host", "tcp_sysctls"]
@@ -209,7 +208,7 @@ class Dumbbell:
     def _keep_off_cpu(self, cpu: int) -> None:
         """Move this process's threads, and so every program it starts from now on (the senders'
         iperf, the monitors), off the line's CPU: at 400 sender hosts their work on that CPU delayed
-        the line's departures (issue 29; bench/results/shaper-scale.md). Undone by stop()."""
+        the line's departures (bench/results/shaper-scale.md). Undone by stop()."""
         others = os.sched_getaffinity(0) - {cpu}
         for tid in map(int, os.listdir("/proc/self/task")):
             try:

@@ -1,7 +1,7 @@
 """The `bufsize` command: parses, checks what it can before anything is created, and dispatches.
 
-What a command does once parsed is in commands.py, which calls the module that holds its logic
-(verify, flows, longlived.search, ...); options shared by several commands are declared in options.py.
+What a command does once parsed is in cli/commands.py, which calls the module that holds its logic
+(longlived.verify, longlived.search, ...); options shared by several commands are declared in cli/options.py.
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
         "--sample-length",
         choices=("measured", "model"),
         help="without --sample-s, each sample spans two loss episodes measured on the queue (default), or one"
-        " congestion cycle of the model (the rule before 2026-11-26, which the presets keep); 20 RTTs to 30 s",
+        " congestion cycle of the model (the rule of the sign-test sweeps); 20 RTTs to 30 s",
     )
     p.add_argument(
         "--resolution",
@@ -167,7 +167,7 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
         "--max-sample-steal",
         type=float,
         help="retake a sample during which the hypervisor took more than this share of the CPUs, up to twice"
-        f" a measurement's samples (default {SAMPLE_STEAL_LIMIT:g}; 0: every sample counts, as before 2026-11-29)",
+        f" a measurement's samples (default {SAMPLE_STEAL_LIMIT:g}; 0: every sample counts)",
     )
 
 

@@ -1,4 +1,4 @@
-"""`bufsize sim search|measure|sweep`: the emulated commands' options on the ns-3 twin (issue 34).
+"""`bufsize sim search|measure|sweep`: the emulated commands' options on the ns-3 twin.
 
 The search options are the emulated search's own (options.add_search_args); the link options are
 those that mean something in a simulation (no shaper, delay backend or pacer: the twin's bottleneck

@@ -153,8 +153,8 @@ def estimate(samples: dict[int, list[float]], target: float, level: float = 0.9)
         x = fit[0] if fit is not None else math.log(center)
         # No extrapolation: the crossing lies within the bracket the medians show. Clamped after
         # exp, so a crossing held at an end is that end exactly (exp(log(9)) is 9.000000000000002,
-        # which put a buffer at exactly 9 / WINDOW outside the window: quick N = 200 on 2026-11-28
-        # probed on for 3 more probes with its interval already inside +-13 %).
+        # which would put a buffer at exactly 9 / WINDOW outside the window, and the search would
+        # probe on with its interval already inside the precision asked for).
         center = min(max(_exp(x), float(br[0])), float(br[1]))
     noise, dof = NOISE_ESTIMATE([samples[b] for b in used])
     low, high = 0.0, math.inf

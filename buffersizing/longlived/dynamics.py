@@ -47,9 +47,8 @@ def sample_floor_s(cc: str) -> float:
 
 def calibration_sample_s(cc: str, rtt_s: float) -> float:
     """A reference sample at 2 BDP: short (10 RTTs) where the queue never empties there, but for BBR
-    one ProbeRTT interval, since ProbeRTT drains even that queue. The first BBR search took the
-    median of 1 s samples, which leaves the dips out: a reference of 100 % against probes of 97 % at
-    the same buffer (results/bbr/2026-11-27.log)."""
+    one ProbeRTT interval, since ProbeRTT drains even that queue: the median of 1 s samples leaves
+    the dips out, and the reference would read 100 % where probes at the same buffer read 97 %."""
     return max(1.0, 10 * rtt_s, sample_floor_s(cc))
 
 
@@ -97,7 +96,7 @@ def estimate_search_seconds(
     return setup + calibration + probes * (settle + samples * sample * 1.3)  # 1.3: some probes are extended
 
 
-# A probe's samples span this many loss episodes of the aggregate (issue 30, item 4). Chosen from
+# A probe's samples span this many loss episodes of the aggregate. Chosen from
 # the committed queue traces re-cut into samples of other lengths (bench/results/sample-length.md): at
 # N = 2 a one-episode sample holds a loss dip or not, and a second of two-episode samples was worth 1.5
 # times as much. Three were a little better again, within the spread, and untried on the real link.

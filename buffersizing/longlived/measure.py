@@ -226,6 +226,6 @@ def format_measure(result: dict, out: Path | None) -> str:
         f"loss {result['loss_rate']:.3%}, queue mean {q.get('mean_packets')} p99 {q.get('p99_packets')} "
         f"max {q.get('max_packets')} packets" + ("" if result["valid"] else f"; FLAGGED: {flagged}")
     )
-    if result.get("cautions"):  # results written before 2026-11-29 have none
+    if result.get("cautions"):  # older results have no cautions
         text += f"\n{describe_cautions(result['cautions'])}"
     return text + (f"\nresult, monitor data and plots written to {out}/" if out is not None else "")

@@ -249,7 +249,7 @@ class MedianSearch:
         one: a few packets from the answer the curve bends sharply (BBR at N = 10: 3 packets 88-97 %,
         4 about 99.3 %, 5 about 99.7 %), the straight line through the three crosses between 4 and 5
         while the medians say 4 already passes, and more samples sharpen that disagreement instead of
-        ending it (results/bbr/2026-11-27.log: 4.0 against 4.2..4.8 for 15 probes, until stopped)."""
+        ending it."""
         if min(c.low, c.packets) >= max(c.high, c.packets) - 1.0:
             return True
         return c.low <= c.packets <= c.high and c.half_width() <= self.precision
@@ -317,8 +317,7 @@ class MedianSearch:
         """Twice the largest failing buffer while a first guess was given and nothing has passed yet
         (the top of the range aside), None otherwise. A guess from a cc rule or from the sweep's last
         answer usually lies within a factor of two of the answer, so doubling brackets it in one
-        probe where bisecting toward the top took three (quick N = 50 on 2026-11-28: 22 failed, then
-        141, 56, 35 passed before the fine probes began; N = 800: 4 failed, then 60 and 15)."""
+        probe where bisecting toward the top takes three."""
         if self.first_guess_packets is None or lo < 1:
             return None
         if any(p.passed for p in self.probes if p.buffer_packets < self.hi_packets):

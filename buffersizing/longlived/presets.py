@@ -22,11 +22,9 @@ QUICK_FLOWS = [10, 50, 200, 800]
 # The Reno check needs fewer N (Reno's cycle at N=2 makes one search there take about half an hour).
 THEORY_FLOWS = [2, 10, 50, 100, 200, 400, 800]
 # Sender hosts: each point uses min(N, PRESET_MAX_HOSTS), seed 004's 400 at most, so N <= 400 keep one
-# flow a host. The host count did not move the answer on the line (cubic, full preset: N=200 answered
-# 7-8 packets over 1, 2, 100 and 200 hosts, N=800 7 over 1, 2 and 100; results/hosts/2026-11-25/). The
-# sweeps committed before 2026-11-26 capped it at 100, because 400 hosts then overloaded the CPU the
-# line leaves for the traffic on 2 cores; since iperf's timer slack they fit (topologies/config.py
-# LINE_MAX_HOSTS_PER_CPU, bench/results/shaper-scale/).
+# flow a host, as the hardware did. The host count does not move the answer on the line (the
+# measurement is in docs/lab/), and with iperf's timer slack 400 hosts fit in the CPU the line leaves
+# for the traffic on 2 cores (topologies/config.py LINE_MAX_HOSTS_PER_CPU).
 PRESET_MAX_HOSTS = 400
 
 
@@ -47,14 +45,13 @@ FIG11_TARGET = 0.98
 # The shaper every preset was validated with, pinned so that a preset answers with the same method
 # on every machine (a cloud VM's netem kernel included): the line (topologies/config.py says why).
 PRESET_SHAPER = "line"
-# Every preset searches by the precision rule on samples of two measured loss episodes (issue 30): the
-# quick one at +-20 % at 90 %, a quick look at every N.
+# Every preset searches by the precision rule on samples of two measured loss episodes: the quick
+# one at +-20 % at 90 %, a quick look at every N.
 QUICK_PRECISION = 0.2
-# The full preset too, since 2026-11-27 (results/full/2026-11-27/): +-10 % at 90 % on measured samples,
-# three runs a N (the CV over three is the spread the issue asks for; five cost 5/3 the time; a sweep
-# runs every N of run 1 first, so a stopped sweep still covers every N). The
-# theory preset since 2026-11-28 (results/theory/2026-11-28/); its sign-test sweep of 2026-11-25 is
-# `--precision 0 --samples 5 --max-samples 20 --sample-length model --runs 5 --hosts 100 --max-sample-steal 0`.
+# The other presets at +-10 % at 90 %, three runs a N: three give a spread (the CV), five would cost
+# 5/3 the time, and a sweep runs every N of run 1 first, so a stopped sweep still covers every N.
+# The sign test of the older committed sweeps is still there: `--precision 0 --samples 5
+# --max-samples 20 --sample-length model --runs 5 --hosts 100 --max-sample-steal 0`.
 FULL_PRECISION = 0.1
 FULL_RUNS = 3
 # The precision rule's settings as the full, theory, bbr and fig11 presets run them (quick: coarser).
@@ -67,25 +64,22 @@ def preset(name: str) -> dict:
             "shaper": PRESET_SHAPER}  # fmt: skip
     if name == "quick":
         # One run of four N by the precision rule at +-20 % (90 %), samples of two measured loss
-        # episodes. Every N has a hardware median to compare with. N = 2 left on 2026-11-28: its
-        # search alone took 444 s of the 14-minute run results/quick/2026-11-27-002019/ (two cubic
-        # flows lose a packet every ~6 s, and near the answer their samples read either ~100 % or
-        # ~97 %), the other four 70-147 s; the full preset keeps it. Before: 11 and 14 minutes with
-        # N = 2; three fixed samples a probe at 10 % resolution on model samples took 16-18.
+        # episodes. Every N has a hardware median to compare with. Not N = 2: two cubic flows lose a
+        # packet every few seconds, so near the answer their samples read either about 100 % or
+        # about 97 %, and that one search would take as long as the other four together; the full
+        # preset keeps it.
         return base | {"flows": QUICK_FLOWS, "runs": 1, "cc": hardware_cc(), **PRECISE, "resolution": 0.1,
                        "precision": QUICK_PRECISION}  # fmt: skip
     if name == "full":
-        # Before 2026-11-27 (results/full/2026-11-25/): 5 runs of the sign test on model samples.
         return base | {"flows": FULL_FLOWS, "runs": FULL_RUNS, "cc": hardware_cc(), **PRECISE}
     if name == "theory":
-        # Before 2026-11-28 (results/theory/2026-11-25/): 5 runs of the sign test on model samples.
         return base | {"flows": THEORY_FLOWS, "runs": FULL_RUNS, "cc": "reno", **PRECISE}
     if name == "fig11":
         # One run a N and target, as the seed's figure; the full preset's rule (+-10 % at 90 %).
         return base | {"flows": FIG11_FLOWS, "runs": 1, "cc": "reno", "rate_mbps": FIG11_RATE_MBPS,
                        "rtt_ms": FIG11_RTT_MS, "target": FIG11_TARGET, **PRECISE}  # fmt: skip
     if name == "bbr":
-        # The full sweep's link, N and rule with BBR (issue 33 item 2), to set beside the BBR rule
+        # The full sweep's link, N and rule with BBR, to set beside the BBR rule
         # (theory/ccrules.py) and the cubic full sweep. Samples span at least one ProbeRTT interval
         # (dynamics.sample_floor_s).
         return base | {"flows": FULL_FLOWS, "runs": FULL_RUNS, "cc": "bbr", **PRECISE}

@@ -116,7 +116,7 @@ def summary_rows(results: list[dict], ref_dir: Path = REFERENCE_DIR) -> list[dic
                 "flows": n,
                 "runs": len(rs),
                 "valid_runs": sum(bool(r["valid"]) for r in rs),
-                # Results written before 2026-11-29 carry no cautions: counted as none.
+                # Older results carry no cautions: counted as none.
                 "cautioned_runs": sum(bool(r.get("cautions")) for r in rs),
                 "median_packets": statistics.median(pk),
                 "median_bytes": round(med_bytes),
@@ -195,7 +195,7 @@ def cc_rule_cells(rule: CcRule, bdp_packets: float, flows: int, median_packets: 
 
 
 def runs_cell(row: dict) -> str:
-    """Runs, valid runs and, where any run carries a caution (bufsize/cautions.py), how many: "5 (5)",
+    """Runs, valid runs and, where any run carries a caution (scaffold/cautions.py), how many: "5 (5)",
     "5 (4; 2 cautioned)". A row without the count (a table read from before it existed) has none."""
     cautioned = row.get("cautioned_runs") or 0
     return f"{row['runs']} ({row['valid_runs']}{f'; {cautioned} cautioned' if cautioned else ''})"

@@ -52,12 +52,12 @@ from bufsize.traffic.longflows import LongFlows, split_flows
 
 CALIBRATION_BDPS = 2  # calibration buffer, in bandwidth-delay products
 # Calibration takes half its samples, and the rest only if those differ by more than this share: at
-# two BDPs the queue never empties, so the first half usually agrees to 0.01 % (issue 30, item 2).
+# two BDPs the queue never empties, so the first half usually agrees to 0.01 %.
 CALIBRATION_AGREE = 0.002
 MIN_REFERENCE = 0.90  # of the nominal rate: below this the emulation cannot carry the configuration
 RELATIVE_TO = ("reference", "nominal")
 # How long a sample is without --sample-s: spanning two loss episodes as the queue trace measures them
-# (issue 30, item 4), or one congestion cycle of the model (the rule of every search before 2026-11-26).
+# (a cycle long enough for the flows' real dynamics), or one congestion cycle of the model (the sign-test rule).
 SAMPLE_LENGTHS = ("measured", "model")
 MIN_EPISODES = 4  # before this many, the model's cycle sets the sample length
 # A measurement retakes at most this many times its samples where the hypervisor took CPU during them
@@ -96,7 +96,7 @@ class SearchOptions:
     tool: str = "iperf"
     fidelity_s: float = 2.0  # 0 skips the fidelity trace
     # > 0: a sample during which the hypervisor took more than this share of all CPU time is retaken
-    # (monitors/rate.quiet_samples); 0 keeps every sample, as searches did before 2026-11-29.
+    # (monitors/rate.quiet_samples); 0 keeps every sample.
     max_sample_steal: float = SAMPLE_STEAL_LIMIT
 
     def validate(self, cfg: DumbbellConfig) -> None:
@@ -242,7 +242,7 @@ class FirstGuess:
 def model_guess(cfg: DumbbellConfig, flows: int, th: dict) -> FirstGuess:
     """The rule for the congestion control in use (theory/ccrules.py): for cubic about half of
     RTT*C/sqrt(N), nearer its committed answers (0.24-0.44 of it) than Reno's rule; Reno's rule for a
-    congestion control without one of its own (issue 30, item 2)."""
+    congestion control without one of its own."""
     try:
         rule = rule_for(cfg.cc)
     except ValueError:

@@ -5,7 +5,7 @@ Near the answer the committed searches read a utilization deficit (1 - utilizati
 power of the buffer: at N = 10 (cubic, 62.5 Mb/s, 87 ms) 0.018 at 35 packets, 0.010 at 50, 0.003 at
 71 (exponent about 2.5); at N = 100 0.043 at 7, 0.021 at 9, 0.008 at 11 (about 4). Samples scatter
 around the curve with a standard deviation of 0.003-0.009 (one sample of 3-6 s), and about one in
-forty reads a few percent low (a flow in a timeout). results/full/2026-11-25/*/samples.csv.
+forty reads a few percent low (a flow in a timeout): the full sweep's samples.csv files.
 """
 
 from __future__ import annotations

@@ -227,7 +227,7 @@ def finished(out: Path, flows: int, run: int) -> bool:
 
 
 def sweep_guess(out: Path, spec: SweepSpec, flows: int, run: int) -> FirstGuess | None:
-    """A first probe from this sweep's converged answers (issue 30, item 2): the median of the other
+    """A first probe from this sweep's converged answers: the median of the other
     runs at the same N, else the nearest N's median scaled by sqrt(N'/N): from each N to the next, that
     came within a factor 1.3 of the committed full sweep's medians (107 at N = 2 gives 68 at N = 5,
     where 62 was measured; 11 at 100 gives 7.8 at 200, measured 8). None before any answer."""

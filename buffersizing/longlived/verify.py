@@ -22,7 +22,7 @@ from bufsize.topologies.proc import run, sleep_checked
 from bufsize.topologies.units import check_number
 from bufsize.traffic.longflows import LongFlows
 
-# Tolerances of the issue: min RTT within 1 % + 0.3 ms, rate within 97..101 % of configured.
+# Tolerances of the verification: min RTT within 1 % + 0.3 ms, rate within 97..101 % of configured.
 RTT_REL_TOL = 0.01
 RTT_ABS_TOL_MS = 0.3
 RATE_LOW, RATE_HIGH = 0.97, 1.01

@@ -15,7 +15,7 @@ from bufsize.topologies.dumbbell import HALT_POLL_NS
 # The mean share of all CPU time the hypervisor took over the run past which a result is cautioned:
 # the same limit at which a search's progress line names a probe's steal (why this value: there).
 MAX_STEAL_SHARE = STEAL_LIMIT
-FINDINGS = "docs/findings.md#answers-on-a-machine-whose-hypervisor-takes-cpu-2026-11-29"
+FINDINGS = "docs/findings.md#answers-on-a-machine-whose-hypervisor-takes-cpu"
 
 
 def cautions(monitors: dict) -> list[dict]:

@@ -60,7 +60,7 @@ def head_from_files(repo: Path | None = None) -> str | None:
 
 # How long git may take. The VM stage's guest reads the checkout over 9p under an emulated CPU: there
 # a plain `git status` re-reads every tracked file (its index names other inodes, and is read-only) and
-# passed 60 s in CI (stop 44). A slow git costs the result its dirty flag, never the result.
+# can take a minute. A slow git costs the result its dirty flag, never the result.
 GIT_TIMEOUT_S = 60.0
 # Compare only size and whole-second mtime: a copy, a shared or a read-only checkout then needs no file
 # read; a same-size edit within the same second of the index is missed, which a manifest can bear.
@@ -107,11 +107,11 @@ def machine_manifest(
         "kernel": os.uname().release,
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
-        # Since 2026-11-29: the development VM changed kernel builds between sessions, answers by day.
+        # A VM's CPU model and kernel build can change between boots, and answers with them.
         "cpu_model": cpu_model(),
         "clocksource": clocksource(),
         "kernel_hz": kernel_hz(),
-        # Since 2026-11-29: how idle vCPUs wait (haltpoll on KVM guests), and the poll a run set
+        # How idle vCPUs wait (haltpoll on KVM guests), and the poll a run set
         # (Dumbbell.halt_poll: before and during the run; None without a dumbbell or without haltpoll).
         "cpuidle_driver": cpuidle_driver(),
         "halt_poll": halt_poll,

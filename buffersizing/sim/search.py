@@ -1,4 +1,4 @@
-"""The emulation's search on the simulator twin (issue 34): same options, same rule, same result keys.
+"""The emulation's search on the simulator twin: same options, same rule, same result keys.
 
 What is the same as buffersizing/longlived/search.py, and taken from there rather than copied: the
 median-filtered search (MedianSearch) and its stopping rules, the first guess, the settle and sample

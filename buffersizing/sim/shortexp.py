@@ -1,9 +1,9 @@
-"""Short-flow experiments on the ns-3 twin (issue 34, item 5): `bufsize sim shortexp loss|mix`.
+"""Short-flow experiments on the ns-3 twin: `bufsize sim shortexp loss|mix`.
 
 Seed 001 Fig 1 (buffersizing/shortflows/loss.py) point for point: the same LossSpec, link (18
 hosts, RTTs 30-530 ms, harmonic mean 60), workloads and buffers, and the same transfers. The
 open-loop arrivals, sizes and users' think times are drawn exactly as the emulated generator draws
-them (shortflows/generator.py: the same seeds, the same order), so both testbeds offer the same
+them (traffic/generator.py: the same seeds, the same order), so both testbeds offer the same
 transfers; only TCP and the link differ. Timeline as emulated: long flows warm up, then the short
 flows start, and the window measured is from warmup_s after their start to duration_s.
 

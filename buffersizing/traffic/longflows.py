@@ -41,9 +41,8 @@ IPERF2_TIMER_SLACK_NS = 50_000_000
 def hold_s(flows: int, hosts: int, max_rtt_s: float) -> float:
     """Seconds from now to the flows' common first write: a few RTTs, plus starting a client process
     per host (that dominates) and a connection per flow. Measured to all established (the run logs):
-    400 flows over 400 hosts 6.4-8.9 s at 87 ms and 9.3-11.8 s at 47..127 ms, where the 9.5 s the
-    earlier 10 ms a host and a flow allowed let flows start early in 2 of 3 searches
-    (results/spread-rtt/2026-11-27/); 800 over 400 6.4-9.4 s; 200 over 200 2.3-4.4 s."""
+    400 flows over 400 hosts 6.4-8.9 s at 87 ms and 9.3-11.8 s at 47..127 ms; 800 over 400 6.4-9.4 s;
+    200 over 200 2.3-4.4 s. A smaller allowance per host and flow lets flows start early."""
     return 1.0 + 4 * max_rtt_s + 0.005 * flows + 0.03 * hosts
 
 

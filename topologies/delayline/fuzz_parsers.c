@@ -1,5 +1,5 @@
 /*
- * libFuzzer target for the delay line's two parsers of outside input (issue 32):
+ * libFuzzer target for the delay line's two parsers of outside input:
  *   - delay_for(): a frame off the wire (Ethernet, up to two VLAN tags, the IPv4 address that
  *     picks the delay), for either direction;
  *   - load_map(): the per-host delay file ("a.b.c.d fwd_us rev_us" lines).

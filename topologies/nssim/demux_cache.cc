@@ -2,7 +2,7 @@
 //
 // ns-3's Ipv4EndPointDemux::Lookup walks every endpoint of a node for every packet it delivers: with
 // 2000 flows on one receiver that walk was about a third of perf's profile (1 Gb/s,
-// 2000 flows, 2026-12-01). This file defines Lookup and DeAllocate in the executable, so the
+// 2000 flows). This file defines Lookup and DeAllocate in the executable, so the
 // dynamic linker binds ns-3's own calls to them (the wheel's libraries reach both through their
 // PLT; `objdump -d` of libns3.44-internet.so shows it), and hands every miss to ns-3's own code.
 //
