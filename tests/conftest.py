@@ -11,11 +11,22 @@ from pathlib import Path
 
 import pytest
 
+from bufsize.scaffold.schema import CHECK_ON_WRITE
 from bufsize.topologies import netns
 from bufsize.topologies.ledger import STATE_DIR, live_runs
 from bufsize.topologies.tracefs import tracefs_root
 
 BUFSIZE = str(Path(sys.executable).parent / "bufsize")
+# Every result.json and sweep manifest the toolkit writes during the tests, in this process and in
+# the `bufsize` processes the tests start, is checked against its schema as it is written.
+os.environ[CHECK_ON_WRITE] = "1"
+
+
+@pytest.fixture
+def schema_check_off(monkeypatch):
+    """For tests whose results or manifests are stand-ins (a fake machine, a fake run), not what a
+    run writes: the schema check on write would judge the stand-in."""
+    monkeypatch.delenv(CHECK_ON_WRITE, raising=False)
 
 
 def ours() -> set[str]:

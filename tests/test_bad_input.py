@@ -152,6 +152,8 @@ def matrix() -> list[tuple[list[str], str]]:
                         cases.append(([*cmd.split(), *base, f"{opt}={v}"], opt))  # '=': '-inf' must not read as a flag
         elif cmd == "plot":
             cases += [(["plot", "--", v], "dir") for v in VALUES]
+        elif cmd == "validate":  # a path that is not there is refused by name
+            cases += [(["validate", "--", v], "validate") for v in VALUES]
         elif cmd == "course":  # check reads a directory given as a path: no answers.json there is refused
             cases += [(["course", "check", "--", v], "answers.json") for v in VALUES]
             cases += [(["course", "--", v], "invalid choice") for v in VALUES]

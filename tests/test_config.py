@@ -204,6 +204,7 @@ def test_a_sweep_made_before_the_pin_resumes_and_another_shaper_is_refused(tmp_p
     check_same_shaper(mixed, "line", allow_mixed=True)
 
 
+@pytest.mark.usefixtures("schema_check_off")  # the manifest's machine is a stand-in
 def test_a_sweep_resumed_with_more_runs_keeps_its_runs_and_records_the_change(tmp_path):
     """A larger --runs is the same sweep with more runs a point: resumed, and the manifest then holds
     the new count and when it changed. Fewer runs, or more runs with anything else changed, is refused."""

@@ -56,6 +56,10 @@ def cli_handlers() -> Iterator[None]:
         signal.signal(s, h)
 
 
+# The run is a stand-in whose result holds only what these tests look at.
+pytestmark = pytest.mark.usefixtures("schema_check_off")
+
+
 def experiment(out: Path, signum: int, saves: bool = True) -> Experiment:
     ex = Experiment(
         DumbbellConfig(hosts=1, rtt_ms=[20.0]), "delayline", "measure", out, say=lambda s: None, saves_result=saves

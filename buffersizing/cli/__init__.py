@@ -119,6 +119,19 @@ def build_parser() -> Parser:
     shortflow_cli.add_parser(sub)
     course_cli.add_parser(sub)
     sim_cli.add_parser(sub)
+    val = command("validate", commands.cmd_validate, "check results against their versioned JSON Schema")
+    val.description = (
+        "Check every result.json and sweep manifest.json in the given directories (or files) against the"
+        " schema the toolkit writes them by. Prints one line per problem (file: key: what) and exits 0"
+        " when there is none, 1 when there is any, 2 on bad arguments."
+    )
+    val.add_argument("dirs", nargs="+", metavar="DIR", help="a results directory (searched below) or one file")
+    val.add_argument(
+        "--migrate",
+        action="store_true",
+        help="first stamp files written before the schema existed (schema_version 1, and a result's kind);"
+        " nothing else in them changes",
+    )
     c = command("clean", commands.cmd_clean, "remove what a killed run left behind (only the toolkit's own)")
     c.add_argument("--json", action="store_true", help="print what was removed and refused as JSON")
     q = command("quick", commands.cmd_quick, "the main job of ./setup.sh quick")

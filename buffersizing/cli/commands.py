@@ -222,3 +222,34 @@ def cmd_quick(a: argparse.Namespace) -> int:
         code, out = run_quick(a.out)
     print(json.dumps({"status": code, "out": str(out) if out else None, "table": table_rows(out)}, indent=1))
     return code
+
+
+def cmd_validate(a: argparse.Namespace) -> int:
+    """Check results against the schema: one line per problem on stdout, 0 when there is none, 1 else."""
+    from bufsize.scaffold import schema
+
+    checked, found, migrated = 0, [], 0
+    for given in a.dirs:
+        if not str(given).strip():
+            raise UsageError("validate: an empty path; give a results directory or file")
+        root = Path(given)
+        if not root.exists():
+            raise UsageError(f"validate {given}: no such file or directory")
+        if a.migrate:
+            for path in schema.files_under(root):
+                try:
+                    migrated += schema.migrate_file(path)
+                except (OSError, ValueError) as e:
+                    found.append(f"{path}: (file): not migrated: {e}")
+        n, problems = schema.check_tree(root)
+        checked += n
+        found += problems
+    for line in found:
+        print(line)
+    what = f"{checked} files checked against schema version {schema.SCHEMA_VERSION}"
+    what += f", {migrated} migrated" if a.migrate else ""
+    print(f"{what}: {len(found)} problems" if found else f"{what}: all valid", file=sys.stderr)
+    if checked == 0:
+        print("no result.json or manifest.json found", file=sys.stderr)
+        return 1
+    return 1 if found else 0

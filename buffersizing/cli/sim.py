@@ -20,6 +20,7 @@ from bufsize.longlived.search import CALIBRATION_BDPS, SearchOptions, default_sa
 from bufsize.monitors.tcpstats import recovery_shares, twin_counters
 from bufsize.scaffold.lists import parse_flow_list
 from bufsize.scaffold.resultdir import check_out_dir, write_json_atomic
+from bufsize.scaffold.schema import stamp
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import parse_rtts
 from bufsize.topologies.errors import UsageError
@@ -212,6 +213,7 @@ def cmd_sim_measure(a: argparse.Namespace) -> int:
         "config": cfg.to_dict(),
         "manifest": simulator_manifest(cfg),
     }
+    result = stamp(result, "result")
     if out is not None:
         write_json_atomic(out / "result.json", result)
     print(json.dumps(result, indent=1) if a.json else

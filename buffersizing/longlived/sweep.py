@@ -29,6 +29,7 @@ from bufsize.monitors.cpu import SAMPLE_STEAL_LIMIT
 from bufsize.scaffold.lists import parse_flow_list
 from bufsize.scaffold.manifest import machine_manifest
 from bufsize.scaffold.resultdir import check_out_dir, read_finished, write_json_atomic
+from bufsize.scaffold.schema import stamp
 from bufsize.topologies.config import PACER_DEFAULT, DumbbellConfig, parse_rtts, resolve_shaper
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.safefiles import make_dirs
@@ -322,10 +323,10 @@ def open_sweep(out: Path, spec: SweepSpec, backend: str, allow_mixed_shapers: bo
     if manifest is not None:
         check_same_shaper(manifest, sweep_shapers(spec, backend), allow_mixed_shapers)
         if manifest["spec"].get("runs") != spec.runs:  # existing_manifest let only more runs through
-            write_json_atomic(path, grown_manifest(manifest, spec))
+            write_json_atomic(path, stamp(grown_manifest(manifest, spec), "sweep-manifest"))
         return
     machine = machine_manifest(backend, spec.cc, sweep_shapers(spec, backend))
-    write_json_atomic(path, {"spec": spec.to_dict(), "machine": machine})
+    write_json_atomic(path, stamp({"spec": spec.to_dict(), "machine": machine}, "sweep-manifest"))
 
 
 def run_sweep(

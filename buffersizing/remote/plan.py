@@ -17,6 +17,7 @@ from pathlib import Path
 
 from bufsize.longlived.sweep import SweepSpec, finished, grown_manifest, point_dir
 from bufsize.scaffold.resultdir import read_finished, write_json_atomic
+from bufsize.scaffold.schema import stamp
 from bufsize.topologies.errors import UsageError
 
 Point = tuple[int, int]
@@ -314,4 +315,4 @@ def merged_manifest(old: dict | None, spec: SweepSpec, commit: str, by_machine: 
 
 
 def write_manifest(out: Path, manifest: dict) -> None:
-    write_json_atomic(out / "manifest.json", manifest)
+    write_json_atomic(out / "manifest.json", stamp(manifest, "sweep-manifest"))

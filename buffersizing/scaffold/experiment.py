@@ -33,6 +33,7 @@ from bufsize.scaffold.cautions import cautions
 from bufsize.scaffold.manifest import machine_manifest
 from bufsize.scaffold.projectfiles import FIDELITY_2012
 from bufsize.scaffold.resultdir import write_json_atomic
+from bufsize.scaffold.schema import stamp
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.cleanup import SignalsDeferred, find_leftovers
 from bufsize.topologies.config import MAX_RATE_MBPS, DumbbellConfig, line_capacity_warning, shaper_choice
@@ -375,7 +376,7 @@ class Experiment:
         out = self.out
         assert out is not None
         self.write_data(write_extra)
-        write_json_atomic(out / "result.json", result)
+        write_json_atomic(out / "result.json", stamp(result, "result"))
         (out / "error.json").unlink(missing_ok=True)
         try:
             plot_run(out, fidelity_2012=FIDELITY_2012)

@@ -39,6 +39,7 @@ from bufsize.longlived.search import (
 from bufsize.monitors.tcpstats import twin_counters
 from bufsize.scaffold.manifest import project_commit
 from bufsize.scaffold.resultdir import write_json_atomic
+from bufsize.scaffold.schema import stamp
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.errors import RunError, UsageError
 from bufsize.topologies.nssim import HELPER, NS3_WHEEL, Interval, SimConfig, SimDumbbell, ns3_version
@@ -311,7 +312,7 @@ def run_sim_search(
     if out is not None:
         make_dirs(out)
         write_samples_csv(out / "samples.csv", prober.measurements)
-        write_json_atomic(out / "result.json", result)
+        write_json_atomic(out / "result.json", stamp(result, "result"))
     say(
         f"  answer: {answer} packets, {result['ratio_to_theory']}x RTT*C/sqrt(N); "
         f"{'valid' if result['valid'] else 'FLAGGED: ' + ', '.join(k for k, v in flags.items() if v is False)}; "

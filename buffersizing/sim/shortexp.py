@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from bufsize.scaffold.resultdir import check_out_dir, read_finished, write_json_atomic
+from bufsize.scaffold.schema import stamp
 from bufsize.shortflows.loss import PUBLISHED, LossSpec, loss_rows, write_loss_report
 from bufsize.shortflows.mix import MixSpec, mix_rows, write_mix_report
 from bufsize.shortflows.run import ShortFlowOptions
@@ -215,7 +216,7 @@ def run_twin_series(
         log(f"[{i}/{len(points)}] {name} | elapsed {time.monotonic() - t0:.0f} s")
         make_dirs(d)
         r = run_point(cfg, buffer_bytes, opts, spec.seed, tcp)
-        write_json_atomic(d / "result.json", r)
+        write_json_atomic(d / "result.json", stamp(r, "result"))
         log(f"  loss {r['loss_rate']:.2%}, utilization {r['utilization']:.4f}, "
             f"{r['transfers']['in_window']['done']} transfers done, {r['wall_seconds']:.0f} s of wall")  # fmt: skip
     if isinstance(spec, LossSpec):

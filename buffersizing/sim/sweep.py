@@ -24,6 +24,7 @@ from pathlib import Path
 from bufsize.longlived.search import SearchOptions
 from bufsize.longlived.sweep import clock, finished, point_dir
 from bufsize.scaffold.resultdir import check_out_dir, write_json_atomic
+from bufsize.scaffold.schema import stamp
 from bufsize.sim.search import check_start_buffer, run_sim_search, simulator_manifest, validate
 from bufsize.topologies.config import parse_rtts
 from bufsize.topologies.errors import UsageError
@@ -109,7 +110,10 @@ def open_sim_sweep(out: Path, spec: SimSweepSpec) -> None:
             diff = sorted(k for k in set(old) | set(spec.to_dict()) if old.get(k) != spec.to_dict().get(k))
             raise UsageError(f"{out} holds a twin sweep with other settings ({', '.join(diff)}); choose another --out")
         return
-    write_json_atomic(path, {"spec": spec.to_dict(), "machine": simulator_manifest(spec.config(spec.flows[0], 1))})
+    write_json_atomic(
+        path,
+        stamp({"spec": spec.to_dict(), "machine": simulator_manifest(spec.config(spec.flows[0], 1))}, "sweep-manifest"),
+    )
 
 
 def check_jobs(jobs: int) -> None:
