@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 from conftest import bufsize, spec_of
@@ -89,6 +90,8 @@ def test_quick_plan_quotes_the_wall_times_of_earlier_runs_of_its_own_settings(tm
     assert [round(m, 2) for m in earlier_minutes(base, spec)] == [9.55, 8.77]
     assert "its 2 finished runs in " in plan_quick(base)["text"] and "took 8.8 to 9.6 min" in plan_quick(base)["text"]
     assert "finished run" not in plan_quick(tmp_path / "empty")["text"]
+    # A user's runs go elsewhere than the committed ones, whose times the plan quotes too.
+    assert f"its 2 finished runs in {base}/ took" in plan_quick(tmp_path / "mine", reference=base)["text"]
 
 
 def test_remote_dry_run_assigns_every_point_once_and_contacts_nothing(tmp_path):
@@ -126,3 +129,16 @@ def test_clean_json(root):
     assert res.returncode in (0, 1), res.stderr
     out = json.loads(res.stdout)
     assert set(out) == {"removed", "refused"} and all(isinstance(v, list) for v in out.values())
+
+
+def test_the_main_job_writes_where_git_does_not_look():
+    """`./setup.sh quick` runs `bufsize quick` with its default --out: a user's first run must leave
+    `git status` clean, so the default lies in a folder .gitignore names, and no tracked file is in it."""
+    from bufsize.cli import build_parser
+
+    out = Path(build_parser().parse_args(["quick"]).out)
+    probe = out / "2030-01-01-000000" / "n0010-run1" / "result.json"
+    ignored = subprocess.run(["git", "check-ignore", "-q", str(probe)], cwd=REPO)
+    assert ignored.returncode == 0, f"{probe} would be a file git sees"
+    tracked = subprocess.run(["git", "ls-files", str(out)], cwd=REPO, capture_output=True, text=True)
+    assert tracked.stdout == ""

@@ -19,6 +19,7 @@ from bufsize.cli import shortflows as shortflow_cli
 from bufsize.cli import sim as sim_cli
 from bufsize.cli import theory as model_cli
 from bufsize.cli.options import add_flows_arg, add_link_args, add_measure_args, add_result_args, add_search_args
+from bufsize.scaffold.projectfiles import LOCAL_RUNS_DIR
 from bufsize.topologies.cleanup import release_deferred_signals, what_remains_message
 from bufsize.topologies.errors import MachineError, RunError, UsageError
 
@@ -135,7 +136,12 @@ def build_parser() -> Parser:
     c = command("clean", commands.cmd_clean, "remove what a killed run left behind (only the toolkit's own)")
     c.add_argument("--json", action="store_true", help="print what was removed and refused as JSON")
     q = command("quick", commands.cmd_quick, "the main job of ./setup.sh quick")
-    q.add_argument("--out", default="results/quick", help="a timestamped run directory is made in here")
+    q.add_argument(
+        "--out",
+        default=str(LOCAL_RUNS_DIR / "quick"),
+        help="a timestamped run directory is made in here, and `latest` points at it (default: %(default)s,"
+        " which git ignores; the committed reference runs are in results/quick/)",
+    )
     add_report_args(q, "the plan")
     return p
 

@@ -16,6 +16,7 @@ from bufsize.cli import options
 from bufsize.longlived.measure import MeasureOptions
 from bufsize.scaffold import lists
 from bufsize.scaffold.experiment import Say, stderr_say
+from bufsize.scaffold.projectfiles import QUICK_REFERENCE_DIR
 from bufsize.scaffold.resultdir import check_out_dir, table_rows
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.errors import UsageError
@@ -212,7 +213,7 @@ def cmd_quick(a: argparse.Namespace) -> int:
     from bufsize.longlived.quick import plan_quick, run_quick
 
     if a.dry_run:
-        p = plan_quick(a.out)
+        p = plan_quick(a.out, QUICK_REFERENCE_DIR)
         print(json.dumps(p, indent=1) if a.json else p["text"])
         return 0
     require_root()

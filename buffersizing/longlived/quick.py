@@ -67,20 +67,22 @@ def earlier_minutes(base: Path, spec: SweepSpec) -> list[float]:
     return minutes
 
 
-def runs_took(minutes: list[float], base: Path) -> str:
+def runs_took(minutes: list[float], where: list[Path]) -> str:
     if not minutes:
         return ""
     lo, hi = min(minutes), max(minutes)
     span = f"{lo:.1f} min" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f} to {hi:.1f} min"
-    return f"; its {len(minutes)} finished run{'s' * (len(minutes) > 1)} in {base}/ took {span}"
+    dirs = " and ".join(f"{d}/" for d in where)
+    return f"; its {len(minutes)} finished run{'s' * (len(minutes) > 1)} in {dirs} took {span}"
 
 
 VERIFY_S = 5.0
 
 
-def plan_quick(given: str | Path) -> dict:
+def plan_quick(given: str | Path, reference: Path | None = None) -> dict:
     """What `run_quick` would do, building and writing nothing: the directory it would use (the cut-short
-    latest run it would resume, or a new one), the verify step, and the sweep's plan with its estimate."""
+    latest run it would resume, or a new one), the verify step, and the sweep's plan with its estimate,
+    beside the wall times of earlier runs here and in `reference` (the committed runs)."""
     spec = quick_spec()
     base = check_out_dir(given, create=False)
     resumed = cut_short_latest(base, spec)
@@ -88,13 +90,15 @@ def plan_quick(given: str | Path) -> dict:
     out = resumed or base / time.strftime("%Y-%m-%d-%H%M%S")
     sweep = plan(out, spec, None)
     setup_s = VERIFY_S + 20  # doctor, building the verify dumbbell, its RTT and rate tests
-    earlier = earlier_minutes(base, spec)
+    where = [base] + ([reference] if reference is not None and reference.resolve() != base.resolve() else [])
+    per_dir = [(d, earlier_minutes(d, spec)) for d in where]
+    earlier = [m for _, ms in per_dir for m in ms]
     total = sweep["estimate_s"] + setup_s
     text = "\n".join([
         f"the main job: doctor, verify ({VERIFY_S:g} s of rate test on 2 hosts at RTT 87 ms), then the quick sweep",
         f"into {out}/" + (" (resuming the cut-short latest run)" if resume else " (a new directory)"),
         format_plan(sweep),
-        f"about {clock(total)} in all ({sweep['estimate_basis']}{runs_took(earlier, base)})",
+        f"about {clock(total)} in all ({sweep['estimate_basis']}{runs_took(earlier, [d for d, ms in per_dir if ms])})",
     ])  # fmt: skip
     return {"out": str(out), "resume": resume, "verify_s": VERIFY_S, "sweep": sweep, "estimate_s": total,
             "earlier_runs_min": [round(m, 1) for m in earlier], "text": text}  # fmt: skip

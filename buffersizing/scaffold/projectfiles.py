@@ -21,5 +21,10 @@ COURSE_RUNS_DIR = next(
     (d for d in (_CHECKOUT / "results" / "course", _PACKAGE / "course" / "runs") if d.is_dir()),
     _CHECKOUT / "results" / "course",
 )
+# The committed runs of the main job, whose wall times its plan quotes (a checkout only).
+QUICK_REFERENCE_DIR = _CHECKOUT / "results" / "quick"
+# Where a user's own runs go by default: inside results/ but ignored by git (.gitignore), so that
+# running the main job never changes a tracked file; relative, like every --out, to where it runs.
+LOCAL_RUNS_DIR = Path("results") / "local"
 # The 2012 emulator's inter-departure gaps, drawn beside each run's own.
 FIDELITY_2012 = REFERENCE_DIR / "mininet-hifi-2012-dequeue-fidelity.tsv"
