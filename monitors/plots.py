@@ -55,8 +55,9 @@ def hist_limit(rows: list[dict[str, str]], prefer_bytes: float | None) -> float 
 
 
 def plot_run(d: Path, title: str | None = None, fidelity_2012: Path | None = None) -> list[Path]:
-    """The monitors' figures of one run directory; `fidelity_2012`, the published emulator's gap
-    distribution (a TSV of the project's reference data), is drawn beside this run's where given."""
+    """The monitors' figures of one run directory, each from its own CSV (a missing CSV, no figure);
+    `fidelity_2012`, the published emulator's gap distribution (a TSV of the project's reference
+    data), is drawn beside this run's where given."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -64,11 +65,18 @@ def plot_run(d: Path, title: str | None = None, fidelity_2012: Path | None = Non
 
     result = json.loads((d / "result.json").read_text()) if (d / "result.json").exists() else {}
     nominal = result.get("nominal_rate_mbps") or result.get("config", {}).get("rate_mbps")
-    bdp = result.get("bdp_packets")
-    answer = result.get("buffer_bytes")
     head = title or f"{d.name}: {result.get('flows', '?')} flows, {result.get('cc', '')}"
     out: list[Path] = []
+    _rate_figure(plt, d, head, out, nominal)
+    _queue_figure(plt, d, head, out)
+    _cwnd_figures(plt, d, head, out, result.get("bdp_packets"), result.get("buffer_bytes"))
+    _cpu_figure(plt, d, head, out)
+    _fidelity_figure(plt, d, head, out, fidelity_2012)
+    return out
 
+
+def _rate_figure(plt, d: Path, head: str, out: list[Path], nominal: float | None) -> None:  # noqa: ANN001 (pyplot)
+    """rate.png: the bottleneck's rate against C."""
     rate = read_csv(d / "rate.csv")
     if rate:
         fig, ax = _figure(plt, f"{head}: bottleneck rate (10 Hz, qdisc byte counter)")
@@ -82,6 +90,9 @@ def plot_run(d: Path, title: str | None = None, fidelity_2012: Path | None = Non
         _save(fig, d / "rate.png", out)
         plt.close(fig)
 
+
+def _queue_figure(plt, d: Path, head: str, out: list[Path]) -> None:  # noqa: ANN001 (pyplot)
+    """queue.png: the backlog and the buffer's limit."""
     queue = read_csv(d / "queue.csv")
     if queue:
         fig, ax = _figure(plt, f"{head}: bottleneck queue (100 Hz)")
@@ -102,6 +113,9 @@ def plot_run(d: Path, title: str | None = None, fidelity_2012: Path | None = Non
         _save(fig, d / "queue.png", out)
         plt.close(fig)
 
+
+def _cwnd_figures(plt, d: Path, head: str, out: list[Path], bdp: float | None, answer: int | None) -> None:  # noqa: ANN001 (pyplot)
+    """cwnd.png (some flows' windows and their sum) and cwnd_hist.png (the sum's distribution at the answer)."""
     sums = read_csv(d / "cwnd_sum.csv")
     flows = read_csv(d / "cwnd_flows.csv")
     if sums:
@@ -154,6 +168,9 @@ def plot_run(d: Path, title: str | None = None, fidelity_2012: Path | None = Non
             _save(fig, d / "cwnd_hist.png", out)
             plt.close(fig)
 
+
+def _cpu_figure(plt, d: Path, head: str, out: list[Path]) -> None:  # noqa: ANN001 (pyplot)
+    """cpu.png: busy, softirq and steal shares of each core."""
     cpu = read_csv(d / "cpu.csv")
     if cpu:
         fig, ax = _figure(plt, f"{head}: CPU per core (1 s)")
@@ -178,6 +195,9 @@ def plot_run(d: Path, title: str | None = None, fidelity_2012: Path | None = Non
         _save(fig, d / "cpu.png", out)
         plt.close(fig)
 
+
+def _fidelity_figure(plt, d: Path, head: str, out: list[Path], fidelity_2012: Path | None) -> None:  # noqa: ANN001 (pyplot)
+    """fidelity_ccdf.png: the departures' gaps against the ideal, beside the 2012 emulator's."""
     fid = [r for r in read_csv(d / "fidelity.csv") if r["busy"] == "1"]
     if fid:
         dev = sorted(100 * float(r["deviation"]) for r in fid)
@@ -196,7 +216,6 @@ def plot_run(d: Path, title: str | None = None, fidelity_2012: Path | None = Non
         ax.legend(fontsize=8)
         _save(fig, d / "fidelity_ccdf.png", out)
         plt.close(fig)
-    return out
 
 
 def write_fidelity_csv(times: list[float], rate_mbps: float, path: Path) -> None:

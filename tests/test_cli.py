@@ -8,6 +8,8 @@ import os
 import pytest
 from conftest import bufsize, ours, run_states
 
+from bufsize.topologies.errors import UsageError
+
 
 @pytest.mark.parametrize(
     "args,needle",
@@ -106,3 +108,32 @@ def test_search_sweep_plot_bad_input(root, args, needle):
     assert len(lines) == 1 and needle in lines[0], res.stderr
     assert ours() == before_ns and run_states() == before_st
     assert not os.path.exists("/tmp/bsz-never")
+
+
+def test_link_routes_an_experiment_to_the_twin_or_keeps_it_emulated():
+    from bufsize.cli import route_link
+
+    assert route_link(["search", "--flows", "4", "--link", "simulated"]) == ["sim", "search", "--flows", "4"]
+    assert route_link(["measure", "--link=simulated", "--buffer-packets", "4"]) == [
+        "sim", "measure", "--buffer-packets", "4"
+    ]  # fmt: skip
+    assert route_link(["sweep", "--link", "emulated", "--flows", "2"]) == ["sweep", "--flows", "2"]
+    assert route_link(["search", "--link", "nan"]) == ["search", "--link", "nan"]  # the parser refuses it
+    assert route_link(["plot", "--link", "simulated"]) == ["plot", "--link", "simulated"]  # no link there
+    assert route_link(["search", "--out", "x", "--", "--link", "simulated"]) == [
+        "search", "--out", "x", "--", "--link", "simulated"
+    ]  # fmt: skip
+    with pytest.raises(UsageError, match="once"):
+        route_link(["search", "--link", "simulated", "--link", "emulated"])
+
+
+def test_an_option_of_the_other_link_is_refused_by_name_in_one_line():
+    for argv, name in (
+        (["search", "--link", "simulated", "--flows", "4", "--shaper", "htb"], "--shaper"),
+        (["measure", "--link", "simulated", "--buffer-packets", "4", "--delay-backend", "netem"], "--delay-backend"),
+        (["search", "--flows", "4", "--seed", "2"], "--seed"),
+    ):
+        r = bufsize(*argv, timeout=60)
+        assert r.returncode == 2, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and name in lines[0] and "Traceback" not in r.stderr, r.stderr

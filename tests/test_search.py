@@ -530,13 +530,15 @@ def test_calibration_stops_at_half_its_samples_only_when_they_agree() -> None:
 
     def prober(values: list[float], cc: str = "cubic") -> SimpleNamespace:
         it = iter(values)
-        net = SimpleNamespace(cfg=SimpleNamespace(rtt_ms=[87.0], cc=cc), buffer_bytes=898 * FRAME_BYTES)
+        link = SimpleNamespace(
+            cfg=SimpleNamespace(rtt_ms=[87.0], cc=cc), buffer_bytes=898 * FRAME_BYTES, calibration_attempts=1
+        )
 
         def rates(n: int, s: float) -> list[float]:
             lengths.append(s)
             return [next(it) for _ in range(n)]
 
-        return SimpleNamespace(net=net, rates=rates, observe=lambda *a: None)
+        return SimpleNamespace(link=link, rates=rates)
 
     agree = [62.50, 62.49, 62.50, 62.51, 62.50] + [1.0] * 5  # the rest would drag the median down
     assert calibrate(prober(agree), 62.5, 10, lambda _: None) == agree[:5]
@@ -601,3 +603,30 @@ def test_a_passing_first_guess_or_none_is_bisected_as_before() -> None:
     probed = [p.buffer_packets for p in MedianSearch(link, target=0.99, hi_packets=898, samples=3,
               assume_hi_passes=True, precision=0.2).run().probes]  # fmt: skip
     assert probed[0] == 449, probed
+
+
+def test_calibration_tries_again_where_the_link_can_recover_and_names_why_it_refuses() -> None:
+    """The emulation gets three tries (a busy moment passes), the twin one (a simulation repeats
+    itself); the refusal quotes every median and the link's own reason."""
+    from types import SimpleNamespace
+
+    from bufsize.longlived.search import calibrate
+    from bufsize.topologies.errors import RunError
+
+    def prober(values: list[float], attempts: int) -> SimpleNamespace:
+        it = iter(values)
+        waits: list[float] = []
+        link = SimpleNamespace(
+            cfg=SimpleNamespace(rtt_ms=[20.0], cc="reno"), buffer_bytes=100 * FRAME_BYTES,
+            calibration_attempts=attempts, calibration_shortfall="the reason", wait=waits.append,
+        )  # fmt: skip
+        timing = SimpleNamespace(warmup_s=7.0)
+        return SimpleNamespace(link=link, rates=lambda n, s: [next(it) for _ in range(n)], timing=lambda b: timing,
+                               waits=waits)  # fmt: skip
+
+    low, good = [50.0] * 5, [62.5] * 5
+    recovering = prober(low + good, attempts=3)
+    assert calibrate(recovering, 62.5, 10, lambda _: None) == good
+    assert recovering.waits == [7.0]  # one warm-up between the tries
+    with pytest.raises(RunError, match=r"medians 50.0 Mb/s\): the reason"):
+        calibrate(prober(low + good, attempts=1), 62.5, 10, lambda _: None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
 from bufsize import __version__
@@ -22,6 +23,9 @@ from bufsize.cli.options import add_flows_arg, add_link_args, add_measure_args, 
 from bufsize.scaffold.projectfiles import LOCAL_RUNS_DIR
 from bufsize.topologies.cleanup import release_deferred_signals, what_remains_message
 from bufsize.topologies.errors import MachineError, RunError, UsageError
+
+# How build_parser's helpers declare a command: its name, the function that runs it, its one-line help.
+Command = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
 
 
 class Parser(argparse.ArgumentParser):
@@ -45,6 +49,19 @@ def build_parser() -> Parser:
         c.set_defaults(func=func)
         return c
 
+    add_link_commands(command)
+    model_cli.add_parser(sub)
+    shell.add_parser(sub)
+    remote_cli.add_parser(sub)
+    shortflow_cli.add_parser(sub)
+    course_cli.add_parser(sub)
+    sim_cli.add_parser(sub)
+    add_tool_commands(command)
+    return p
+
+
+def add_link_commands(command: Command) -> None:
+    """The commands that build a dumbbell or run on a link, and `plot` for what they write."""
     d = command("doctor", commands.cmd_doctor, "what this machine can do and which delay backend it will use")
     d.add_argument("--json", action="store_true")
 
@@ -73,11 +90,13 @@ def build_parser() -> Parser:
     add_search_args(s)
     add_result_args(s, "result.json, samples.csv and the monitors' data")
     s.add_argument("--print-config", action="store_true", help="print the resolved configuration as JSON and exit")
+    add_link_choice(s, "search")
 
     w = command("sweep", commands.cmd_sweep, "one search per (N, run) into a resumable sweep directory, then plot it")
     options.add_sweep_args(w)
     w.add_argument("--out", required=True, help="sweep directory; re-running the same command resumes it")
     w.add_argument("--points", help="only these N:run points of the sweep, e.g. 2:1,10:1 (what bufsize remote uses)")
+    add_link_choice(w, "sweep")
     add_report_args(w, "the plan")
 
     pl = command(
@@ -102,6 +121,7 @@ def build_parser() -> Parser:
     add_flows_arg(m)
     add_measure_args(m)
     add_result_args(m, "result.json, the monitors' CSVs and plots")
+    add_link_choice(m, "measure")
 
     u = command(
         "util-table", commands.cmd_util_table, "seed 000 Fig 15: utilization at 0.5-3 x RTT*C/sqrt(n) beside the GSR"
@@ -114,12 +134,9 @@ def build_parser() -> Parser:
     add_measure_args(u)
     u.add_argument("--json", action="store_true", help="print the table's rows and files as JSON (progress on stderr)")
 
-    model_cli.add_parser(sub)
-    shell.add_parser(sub)
-    remote_cli.add_parser(sub)
-    shortflow_cli.add_parser(sub)
-    course_cli.add_parser(sub)
-    sim_cli.add_parser(sub)
+
+def add_tool_commands(command: Command) -> None:
+    """The commands that check or clean up after runs, and the main job."""
     val = command("validate", commands.cmd_validate, "check results against their versioned JSON Schema")
     val.description = (
         "Check every result.json and sweep manifest.json in the given directories (or files) against the"
@@ -143,7 +160,6 @@ def build_parser() -> Parser:
         " which git ignores; the committed reference runs are in results/quick/)",
     )
     add_report_args(q, "the plan")
-    return p
 
 
 def add_report_args(p: argparse.ArgumentParser, plan: str) -> None:
@@ -151,7 +167,55 @@ def add_report_args(p: argparse.ArgumentParser, plan: str) -> None:
     p.add_argument("--dry-run", action="store_true", help=f"print {plan} and its estimated time; build nothing")
 
 
+# The experiments that run on either link. `--link simulated` hands the command line to the twin's
+# parser (bufsize sim CMD), which offers only the options that mean something in a simulation: one
+# asked for on the wrong link is refused by name as an unrecognized argument, before anything runs.
+LINK_COMMANDS = ("search", "measure", "sweep")
+LINKS = ("emulated", "simulated")
+
+
+def add_link_choice(p: argparse.ArgumentParser, cmd: str) -> None:
+    p.add_argument(
+        "--link",
+        choices=LINKS,
+        default="emulated",
+        help="emulated (default): real kernel TCP over the emulated dumbbell, as root; simulated: the same"
+        f" experiment on the ns-3 twin, no root (its options: bufsize {cmd} --link simulated --help)",
+    )
+
+
+def route_link(argv: list[str]) -> list[str]:
+    """`CMD ... --link simulated ...` as `sim CMD ...`, and `--link emulated` dropped; anything else as given
+    (a bad --link value is left for the parser to refuse)."""
+    if not argv or argv[0] not in LINK_COMMANDS:
+        return argv
+    rest, links = [], []
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            rest += argv[i:]
+            break
+        value = arg.split("=", 1)[1] if arg.startswith("--link=") else None
+        if arg == "--link" and i + 1 < len(argv) and argv[i + 1] in LINKS:
+            value = argv[i + 1]
+            i += 1
+        if value in LINKS:
+            links.append(value)
+        else:
+            rest.append(arg)
+        i += 1
+    if len(links) > 1:
+        raise UsageError(f"--link given {len(links)} times: give it once")
+    return ["sim", argv[0], *rest] if links == ["simulated"] else [argv[0], *rest]
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        argv = route_link(list(sys.argv[1:] if argv is None else argv))
+    except UsageError as e:
+        print(f"bufsize: {e}", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGHUP, _on_signal)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Sequence
 
 from bufsize.longlived.presets import PRESETS
 from bufsize.monitors.cpu import SAMPLE_STEAL_LIMIT
@@ -26,16 +27,38 @@ from bufsize.topologies.errors import UsageError
 from bufsize.topologies.units import MAX_BUFFER_BYTES, packets_to_bytes
 
 
-def add_link_args(p: argparse.ArgumentParser, rate: float | None = 62.5, rtt: str | None = "87",
-                  cc: str | None = "reno") -> None:  # fmt: skip
-    """The bottleneck, the delay and the hosts' TCP: what every command that builds a dumbbell takes."""
+def add_path_args(
+    p: argparse.ArgumentParser,
+    rate: float | None = 62.5,
+    rtt: str | None = "87",
+    cc: str | None = "reno",
+    ccs: Sequence[str] | None = None,
+    access_help: str = "access link rate, 0 = unshaped (default 1000)",
+) -> None:
+    """What both links take: the bottleneck's rate, the RTTs, the congestion control, the access links and
+    the receiver's delayed ACKs (None: not given, so a preset's value applies)."""
     p.add_argument("--rate-mbps", type=float, default=rate, help=f"bottleneck rate C (default {rate or 62.5:g})")
     p.add_argument(
         "--rtt-ms",
         default=rtt,
         help=f"RTT per sender host: 87, a list 20,40 (one per host) or a range 20..300 (default {rtt or 87})",
     )
-    p.add_argument("--cc", default=cc, help=f"TCP congestion control on every host (default {cc or 'reno'})")
+    cc_help = f"TCP congestion control on every host (default {cc or 'reno'})"
+    p.add_argument("--cc", default=cc, choices=ccs, help=cc_help)
+    p.add_argument("--access-mbps", type=float, default=1000.0, help=access_help)
+    p.add_argument(
+        "--delayed-ack",
+        choices=("on", "off"),
+        default="on",
+        help="the receiver's delayed ACKs: on (default: every second segment or after 40 ms) or off (every"
+        " segment ACKed at once)",
+    )
+
+
+def add_link_args(p: argparse.ArgumentParser, rate: float | None = 62.5, rtt: str | None = "87",
+                  cc: str | None = "reno") -> None:  # fmt: skip
+    """The bottleneck, the delay and the hosts' TCP: what every command that builds a dumbbell takes."""
+    add_path_args(p, rate, rtt, cc)
     p.add_argument(
         "--shaper",
         choices=SHAPER_CHOICES,
@@ -65,19 +88,12 @@ def add_link_args(p: argparse.ArgumentParser, rate: float | None = 62.5, rtt: st
         help="the delay line kicks HTB when each frame is due (htb + delay line only; default "
         f"{'on' if PACER_DEFAULT else 'off'}: bench/results/pacing.md)",
     )
-    p.add_argument("--access-mbps", type=float, default=1000.0, help="access link rate, 0 = unshaped (default 1000)")
     p.add_argument(
         "--loss-recovery",
         choices=LOSS_RECOVERIES,
         default="linux",
         help="how senders find losses: linux (default: the kernel's RACK and tail-loss probes) or dupack"
         " (both off: three duplicate ACKs or the timeout, as ns-2 and the ns-3 twin)",
-    )
-    p.add_argument(
-        "--delayed-ack",
-        choices=("on", "off"),
-        default="on",
-        help="the receiver's delayed ACKs: on (default, the kernel's) or off (every segment ACKed at once)",
     )
 
 

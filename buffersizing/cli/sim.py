@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from bufsize.cli.commands import quiet_if, result_dir
-from bufsize.cli.options import add_result_args, add_search_args, add_sender_pacing_arg
+from bufsize.cli.options import add_path_args, add_result_args, add_search_args, add_sender_pacing_arg
 from bufsize.longlived.search import CALIBRATION_BDPS, SearchOptions, default_samples
 from bufsize.monitors.tcpstats import recovery_shares, twin_counters
 from bufsize.scaffold.lists import parse_flow_list
@@ -29,16 +29,8 @@ from bufsize.topologies.nssim import MAX_SIM_FLOWS, MAX_SIM_HOSTS, SIM_CCS, SIM_
 
 def add_sim_link_args(p: argparse.ArgumentParser, hosts_help: str) -> None:
     p.add_argument("--hosts", type=int, help=hosts_help)
-    p.add_argument("--rate-mbps", type=float, default=62.5, help="bottleneck rate C (default 62.5)")
-    p.add_argument("--rtt-ms", default="87", help="RTT per sender host: 87, a list 20,40 or a range 20..300")
-    p.add_argument("--cc", choices=SIM_CCS, default="reno", help="ns-3's TcpLinuxReno, TcpCubic or TcpBbr")
-    p.add_argument("--access-mbps", type=float, default=1000.0, help="access link rate (default 1000)")
-    p.add_argument(
-        "--delayed-ack",
-        choices=("on", "off"),
-        default="on",
-        help="the receiver ACKs every second segment or after 40 ms (on, default) or each one at once",
-    )
+    # ns-3's TcpLinuxReno, TcpCubic or TcpBbr.
+    add_path_args(p, ccs=SIM_CCS, access_help="access link rate (default 1000)")
     p.add_argument(
         "--start-spread-s",
         type=float,

@@ -13,11 +13,9 @@ from __future__ import annotations
 import csv
 import math
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
 
 from bufsize.longlived.dynamics import (
     EPISODES_PER_SAMPLE,
@@ -32,23 +30,20 @@ from bufsize.longlived.dynamics import (
     sample_floor_s,
 )
 from bufsize.longlived.median_search import MedianSearch, Probe, SearchResult
-from bufsize.monitors.cpu import SAMPLE_STEAL_LIMIT, CpuMonitor, steal_note
-from bufsize.monitors.rate import quiet_samples, sample_rates
-from bufsize.monitors.recorder import queue_stats, window
-from bufsize.monitors.tcpstats import counter_delta, read_counters, recovery_shares
+from bufsize.monitors.cpu import SAMPLE_STEAL_LIMIT, steal_note
+from bufsize.monitors.recorder import queue_stats
+from bufsize.monitors.tcpstats import recovery_shares
 from bufsize.scaffold.cautions import describe as describe_cautions
 from bufsize.scaffold.experiment import MAX_WAIT_S, MIN_SAMPLE_S, Experiment, Say, check_fidelity_s
+from bufsize.scaffold.link import EmulatedLink, LinkSpec, SampledLink, Taken
 from bufsize.theory.ccrules import rule_for
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
-from bufsize.topologies.counters import InterfaceCounters
-from bufsize.topologies.delay import line_lost_share, timing_between
-from bufsize.topologies.dumbbell import Dumbbell
+from bufsize.topologies.delay import line_lost_share
 from bufsize.topologies.errors import RunError, UsageError
-from bufsize.topologies.qdisc_stats import QdiscSample
 from bufsize.topologies.safefiles import atomic_text
 from bufsize.topologies.units import check_number
-from bufsize.traffic.longflows import LongFlows, split_flows
+from bufsize.traffic.longflows import split_flows
 
 CALIBRATION_BDPS = 2  # calibration buffer, in bandwidth-delay products
 # Calibration takes half its samples, and the rest only if those differ by more than this share: at
@@ -280,18 +275,10 @@ class Measurement:
         return self.bottleneck_drops / max(1, self.packets_sent + self.bottleneck_drops)
 
 
-class LinkSpec(Protocol):
-    """What a probe's timing needs of a link: the emulated DumbbellConfig and the twin's SimConfig."""
-
-    cc: str
-    rate_mbps: float
-    rtt_ms: list[float]
-
-
 def probe_timing(cfg: LinkSpec, opts: SearchOptions, buffer_bytes: float, interval_s: float | None) -> Timing:
     """A probe's settle and sample time: the model's cycle at this buffer (auto_timing), the sample
     spanning measured loss episodes once `interval_s` between them is known, and the user's own
-    --settle-s and --sample-s over both. One rule for the emulated search and the twin's."""
+    --settle-s and --sample-s over both. One rule for every link."""
     rtt_ms = max(cfg.rtt_ms)
     auto = auto_timing(cfg.cc, opts.flows, cfg.rate_mbps, rtt_ms, buffer_bytes, max_sample_s=opts.max_sample_s)
     sample_s = auto.sample_s
@@ -304,133 +291,145 @@ def probe_timing(cfg: LinkSpec, opts: SearchOptions, buffer_bytes: float, interv
     )
 
 
-class LinkProber:
-    """measure(buffer_bytes, n) for MedianSearch, on a running dumbbell with its flows."""
+class Prober:
+    """measure(buffer_bytes, n) for MedianSearch, on a link whose flows are running (emulated or simulated:
+    scaffold/link.py); it keeps every measurement and the loss episodes the samples saw."""
 
-    def __init__(
-        self,
-        net: Dumbbell,
-        flows: LongFlows,
-        opts: SearchOptions,
-        denominator_mbps: float,
-        sleep: Callable[[float], None] = time.sleep,
-        queue_trace: Callable[[], Sequence[QdiscSample]] | None = None,
-    ) -> None:
-        self.net, self.flows, self.opts = net, flows, opts
-        self.sleep = sleep  # checks the run's health while waiting (Experiment.sleep)
+    def __init__(self, link: SampledLink, opts: SearchOptions, denominator_mbps: float) -> None:
+        self.link, self.opts = link, opts
         self.denominator = denominator_mbps
-        self.counters: InterfaceCounters = net.bottleneck.counters()
         self.measurements: list[Measurement] = []
-        self.windows: list[tuple[float, float]] = []  # monotonic start, end of each measurement's samples
-        self.queue_trace = queue_trace  # the recorder's samples so far (None: no recorder)
-        self.loss: list[tuple[float, LossCycle]] = []  # (buffer packets, loss episodes) of each sampled window
+        self.loss: list[tuple[float, LossCycle]] = []  # (buffer packets, loss episodes) of each sampled stretch
         self.set_aside = 0  # samples retaken for steal so far (the progress line shows each probe's)
+        self.windows: list[tuple[float, float] | None] = []  # of each measurement's samples, where the link has one
 
     def model_cycle(self, buffer_packets: float) -> float:
-        cfg = self.net.cfg
+        cfg = self.link.cfg
         rtt_s = max(cfg.rtt_ms) / 1000
         return cycle_seconds(cfg.cc, self.opts.flows, cfg.bdp_bytes / FRAME_BYTES, buffer_packets, rtt_s)
 
-    def observe(self, buffer_packets: float, t0: float, t1: float) -> None:
-        """Count the loss episodes in the queue trace between monotonic times t0 and t1."""
-        if self.queue_trace is None:
-            return
-        sel = window(self.queue_trace(), t0, t1)
-        rtt_s = max(self.net.cfg.rtt_ms) / 1000
-        self.loss.append((buffer_packets, loss_cycle([q.t for q in sel], [q.drops for q in sel], 2 * rtt_s)))
+    def observe(self, buffer_packets: float, taken: Taken) -> None:
+        """Count the loss episodes in what a take traced."""
+        rtt_s = max(self.link.cfg.rtt_ms) / 1000
+        for times, drops in taken.drop_traces:
+            self.loss.append((buffer_packets, loss_cycle(times, drops, 2 * rtt_s)))
 
     def episode_interval(self, buffer_packets: float) -> float | None:
         return episode_interval(self.loss, self.model_cycle, buffer_packets, MIN_EPISODES)
 
     def timing(self, buffer_bytes: float) -> Timing:
         interval = self.episode_interval(buffer_bytes / FRAME_BYTES) if self.opts.sample_length == "measured" else None
-        return probe_timing(self.net.cfg, self.opts, buffer_bytes, interval)
+        return probe_timing(self.link.cfg, self.opts, buffer_bytes, interval)
 
     def rates(self, n: int, sample_s: float) -> list[float]:
-        """n back-to-back samples of the bottleneck's transmit rate, in Mb/s."""
-        return sample_rates(self.counters, n, sample_s, self.sleep).rates_mbps
+        """n back-to-back samples of the bottleneck's rate in Mb/s, their loss episodes counted."""
+        taken = self.link.take(n, sample_s)
+        self.observe(self.link.buffer_bytes / FRAME_BYTES, taken)
+        return taken.rates_mbps
 
     def measure(self, buffer_bytes: int, n: int) -> list[float]:
         timing = self.timing(buffer_bytes)
         settle = 0.0
-        if buffer_bytes != self.net.buffer_bytes:
-            self.net.set_buffer(buffer_bytes)
+        if buffer_bytes != self.link.buffer_bytes:
+            self.link.set_buffer_bytes(buffer_bytes)
             settle = timing.settle_s
-            self.sleep(settle)
-        t0 = time.time()
-        cpu = CpuMonitor().start()
-        drops0 = self.net.bottleneck.leaf_drops()
-        senders = [h.ns for h in self.net.hosts]
-        tcp0 = read_counters(senders)
-        sent0 = self.counters.read().tx_packets
-        dl = self.net.delayline
-        dl0 = dl.stats() if dl else {}
-        t_mono = time.monotonic()
-        got = quiet_samples(
-            lambda k: sample_rates(self.counters, k, timing.sample_s, self.sleep),
-            n,
-            self.opts.max_sample_steal,
-            STEAL_RETAKES * n,
-        )
-        rates = got.rates_mbps
+            self.link.wait(settle)
+        got = self.link.take(n, timing.sample_s, self.opts.max_sample_steal, STEAL_RETAKES * n)
         self.set_aside += len(got.set_aside)
-        self.windows.append((t_mono, time.monotonic()))
-        self.observe(buffer_bytes / FRAME_BYTES, *self.windows[-1])
-        sent = self.counters.read().tx_packets - sent0
-        drops = self.net.bottleneck.leaf_drops() - drops0
-        tcp = counter_delta(tcp0, read_counters(senders))
-        share = cpu.stop()
-        kept_time = timing_between(dl0, dl.stats()) if dl else None
-        self.net.check_alive()
-        self.flows.check()
+        self.windows.append(got.window)
+        self.observe(buffer_bytes / FRAME_BYTES, got)
         m = Measurement(
             buffer_bytes // FRAME_BYTES,
-            round(t0, 3),
+            round(got.t_start, 3),
             round(settle, 2),
             round(timing.sample_s, 2),
-            [round(r, 4) for r in rates],
-            [round(r / self.denominator, 5) for r in rates],
-            drops,
-            sent,
-            share.to_dict(),
-            tcp=tcp,
-            delay_line=kept_time or {},
+            [round(r, 4) for r in got.rates_mbps],
+            [round(r / self.denominator, 5) for r in got.rates_mbps],
+            got.drops,
+            got.packets_sent,
+            got.cpu,
+            got.queue,
+            tcp=got.tcp,
+            delay_line=got.delay_line,
             sample_steal=[round(x, 4) for x in got.steal],
             set_aside=[[round(r, 4), round(x, 4)] for r, x in got.set_aside],
         )
         self.measurements.append(m)
         return m.utilization
 
-    def close(self) -> None:
-        self.counters.close()
 
-
-def calibrate(prober: LinkProber, nominal_mbps: float, samples: int, log: Callable[[str], None]) -> list[float]:
-    """Median of up to `samples` samples at the calibration buffer (half, where those agree); retried,
-    then refused, if far below nominal."""
-    sample_s = calibration_sample_s(prober.net.cfg.cc, max(prober.net.cfg.rtt_ms) / 1000)
+def calibrate(prober: Prober, nominal_mbps: float, samples: int, log: Callable[[str], None]) -> list[float]:
+    """Median of up to `samples` samples at the calibration buffer (half, where those agree); tried again
+    on a link that can recover (the emulation), then refused, if far below nominal."""
+    link = prober.link
+    sample_s = calibration_sample_s(link.cfg.cc, max(link.cfg.rtt_ms) / 1000)
     tried: list[float] = []
-    for attempt in range(3):
-        t0 = time.monotonic()
+    for attempt in range(link.calibration_attempts):
         rates = prober.rates(samples // 2, sample_s)
         if max(rates) - min(rates) > CALIBRATION_AGREE * statistics.median(rates):
             rates += prober.rates(samples - samples // 2, sample_s)
-        prober.observe(prober.net.buffer_bytes / FRAME_BYTES, t0, time.monotonic())
         ref = statistics.median(rates)
         tried.append(round(ref, 3))
         log(f"  reference rate {ref:.2f} Mb/s ({ref / nominal_mbps:.1%} of {nominal_mbps:g}) from {len(rates)} samples")
         if ref >= MIN_REFERENCE * nominal_mbps:
             return rates
-        if attempt < 2:
-            prober.sleep(prober.timing(prober.net.buffer_bytes).warmup_s)
+        if attempt < link.calibration_attempts - 1:
+            link.wait(prober.timing(link.buffer_bytes).warmup_s)
     raise RunError(
         f"the link never carried {MIN_REFERENCE:.0%} of its {nominal_mbps:g} Mb/s with a {CALIBRATION_BDPS}-BDP buffer "
-        f"(medians {', '.join(map(str, tried))} Mb/s): the machine cannot emulate this configuration faithfully; "
-        "try a lower --rate-mbps, fewer flows, or check `bufsize doctor` and the CPU load"
+        f"(medians {', '.join(map(str, tried))} Mb/s): {link.calibration_shortfall}"
     )
 
 
-def loss_summary(prober: LinkProber, answer_packets: int) -> dict:  # or the twin's SimProber
+def median_search(
+    prober: Prober,
+    opts: SearchOptions,
+    top: int,
+    cal_packets: int,
+    first: FirstGuess | None,
+    say: Callable[[str], None],
+) -> MedianSearch:
+    """The median-filtered search on `prober`'s link, printing a line per probe; run() it."""
+    search: MedianSearch | None = None
+    aside_before = [0]
+
+    def progress(p: Probe) -> None:
+        verdict = "pass" if p.passed else "fail"
+        extra = " (re-check)" if p.recheck else ""
+        last = prober.measurements[-1] if prober.measurements else None
+        q = last.queue if last else {}
+        backlog = f", queue mean {q['mean_packets']:.0f} max {q['max_packets']}" if "mean_packets" in q else ""
+        c = search.crossing() if search and opts.precision else None
+        where = f"; crossing {c.packets:.1f} ({c.low:.1f}..{c.high:.1f})" if c else ""
+        noted = prober.link.probe_note(last) if last else ""
+        aside, aside_before[0] = prober.set_aside - aside_before[0], prober.set_aside
+        retaken = f", {aside} retaken: hypervisor steal" if aside else ""
+        say(
+            f"  probe {len(search.probes) if search else 0:2d}: {p.buffer_packets:5d} packets -> median "
+            f"{p.median:.2%} {verdict}{extra}{backlog}{noted} [{len(p.samples)} samples{retaken}, "
+            f"{prober.link.clock_text()}{where}]"
+        )
+
+    search = MedianSearch(
+        prober.measure,
+        target=opts.target,
+        hi_packets=top,
+        samples=opts.samples,
+        first_guess_packets=first.packets if first else None,
+        # The calibration buffer defines the reference rate: it passes by definition.
+        assume_hi_passes=opts.relative_to == "reference" and top == cal_packets,
+        resolution=opts.resolution,
+        sequential=opts.max_samples > opts.samples,
+        alpha=opts.alpha,
+        max_samples=max(opts.max_samples, opts.samples),
+        precision=opts.precision,
+        level=opts.level,
+        progress=progress,
+    )
+    return search
+
+
+def loss_summary(prober: Prober, answer_packets: int) -> dict:
     """The loss episodes the samples saw, and the interval between them the trace gives at the answer."""
     interval = episode_interval(prober.loss, prober.model_cycle, answer_packets, min_episodes=1)
     return {
@@ -557,9 +556,10 @@ def run_search(
         assert ex.net is not None
         flows = ex.start_flows(opts.flows, opts.tool)
         trace = (lambda: ex.recorder.rec.queue) if ex.recorder else None
-        prober = LinkProber(ex.net, flows, opts, cfg.rate_mbps, ex.sleep, trace)
+        notes = lambda m: steal_note(m.cpu) + lost_note(m, opts.target)  # noqa: E731
+        link = EmulatedLink(ex.net, flows, ex.sleep, trace, note=notes, t_wall=ex.t_wall)
+        prober = Prober(link, opts, cfg.rate_mbps)
         say(f"  samples: {sample_rule(opts)}; {steal_rule(opts)}")
-        aside_before = [0]
         ex.write_partial = lambda d: write_samples_csv(d / "samples.csv", prober.measurements)
         cal_rates: list[float] = []
         search: MedianSearch | None = None
@@ -570,58 +570,26 @@ def run_search(
             "measurements": [asdict(m) for m in prober.measurements],
         }
         try:
-            ex.warm_up(prober.timing(ex.net.buffer_bytes).warmup_s, f"at {cal_packets} packets")
+            ex.warm_up(prober.timing(link.buffer_bytes).warmup_s, f"at {cal_packets} packets")
             cal_rates = calibrate(prober, cfg.rate_mbps, max(10, 2 * opts.samples), say)
             reference = statistics.median(cal_rates)
             ex.trace_fidelity(opts.fidelity_s)
             prober.denominator = reference if opts.relative_to == "reference" else cfg.rate_mbps
             top = min(cal_packets, opts.max_buffer_packets or cal_packets)
             first = (hint or model_guess(cfg, opts.flows, th)) if opts.first_guess else None
-            guess = first.packets if first else None
             if first:
                 say(f"  first probe at {first.packets} packets: {first.source}")
-
-            def progress(p: Probe) -> None:
-                verdict = "pass" if p.passed else "fail"
-                extra = " (re-check)" if p.recheck else ""
-                q = queue_stats(ex.recorder.rec.queue, *prober.windows[-1]) if ex.recorder else {}
-                backlog = f", queue mean {q['mean_packets']:.0f} max {q['max_packets']}" if q.get("samples") else ""
-                c = search.crossing() if search and opts.precision else None
-                where = f"; crossing {c.packets:.1f} ({c.low:.1f}..{c.high:.1f})" if c else ""
-                last = prober.measurements[-1] if prober.measurements else None
-                stolen = (steal_note(last.cpu) + lost_note(last, opts.target)) if last else ""
-                aside, aside_before[0] = prober.set_aside - aside_before[0], prober.set_aside
-                retaken = f", {aside} retaken: hypervisor steal" if aside else ""
-                say(
-                    f"  probe {len(search.probes) if search else 0:2d}: {p.buffer_packets:5d} packets -> median "
-                    f"{p.median:.2%} {verdict}{extra}{backlog}{stolen} [{len(p.samples)} samples{retaken}, "
-                    f"{time.monotonic() - ex.t_wall:.0f} s{where}]"
-                )
-
-            search = MedianSearch(
-                prober.measure,
-                target=opts.target,
-                hi_packets=top,
-                samples=opts.samples,
-                first_guess_packets=guess,
-                # The calibration buffer defines the reference rate: it passes by definition.
-                assume_hi_passes=opts.relative_to == "reference" and top == cal_packets,
-                resolution=opts.resolution,
-                sequential=opts.max_samples > opts.samples,
-                alpha=opts.alpha,
-                max_samples=max(opts.max_samples, opts.samples),
-                precision=opts.precision,
-                level=opts.level,
-                progress=progress,
-            )
+            search = median_search(prober, opts, top, cal_packets, first, say)
             res = search.run()
         finally:
-            prober.close()
+            link.close()
 
     answer = res.buffer_packets
     if ex.recording:
-        for m, window in zip(prober.measurements, prober.windows, strict=True):
-            m.queue = queue_stats(ex.recording.queue, *window)
+        # The whole recording, read after the run, fills in what the live trace had not yet reached.
+        for m, span in zip(prober.measurements, prober.windows, strict=True):
+            if span is not None:
+                m.queue = queue_stats(ex.recording.queue, *span)
     idles = [m.cpu["idle"] for m in prober.measurements]
     cpu_idle_min = min(idles) if idles else None
     line = line_time(prober.measurements, opts.target)

@@ -42,6 +42,8 @@ def import_mininet() -> Any:
 
 def make_view(net: Dumbbell) -> Any:
     """A mininet.net.Mininet whose nodes are `net`'s namespaces; stop() it before `net` is torn down."""
+    # One function of over 80 lines because its classes subclass Mininet's, which exist only once
+    # Mininet is imported (an optional package, imported here and nowhere earlier), and close over `net`.
     mn = import_mininet()
 
     class NamespaceNode(mn.node.Node):

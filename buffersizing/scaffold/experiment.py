@@ -360,6 +360,7 @@ class Experiment:
                     self.net.halt_poll if self.net else None,
                 ),
             }
+            result = stamp(result, "result")  # the same document whether written, printed or returned
             if self.out is not None:
                 self.write(result, write_extra)
             return result
@@ -376,7 +377,7 @@ class Experiment:
         out = self.out
         assert out is not None
         self.write_data(write_extra)
-        write_json_atomic(out / "result.json", stamp(result, "result"))
+        write_json_atomic(out / "result.json", result)
         (out / "error.json").unlink(missing_ok=True)
         try:
             plot_run(out, fidelity_2012=FIDELITY_2012)

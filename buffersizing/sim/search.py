@@ -18,31 +18,27 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bufsize.longlived.dynamics import Timing, calibration_sample_s, cycle_seconds, episode_interval, loss_cycle
-from bufsize.longlived.median_search import MedianSearch, Probe
 from bufsize.longlived.search import (
-    CALIBRATION_AGREE,
     CALIBRATION_BDPS,
-    MIN_EPISODES,
-    MIN_REFERENCE,
     FirstGuess,
-    Measurement,
+    Prober,
     SearchOptions,
     answer_fields,
+    calibrate,
     check_searchable,
     loss_summary,
+    median_search,
     model_guess,
-    probe_timing,
     theory,
     write_samples_csv,
 )
-from bufsize.monitors.tcpstats import twin_counters
+from bufsize.scaffold.link import SimulatedLink
 from bufsize.scaffold.manifest import project_commit
 from bufsize.scaffold.resultdir import write_json_atomic
 from bufsize.scaffold.schema import stamp
 from bufsize.topologies import FRAME_BYTES
-from bufsize.topologies.errors import RunError, UsageError
-from bufsize.topologies.nssim import HELPER, NS3_WHEEL, Interval, SimConfig, SimDumbbell, ns3_version
+from bufsize.topologies.errors import UsageError
+from bufsize.topologies.nssim import HELPER, NS3_WHEEL, SimConfig, SimDumbbell, ns3_version
 from bufsize.topologies.safefiles import make_dirs
 
 # Simulated seconds the warm-up may be extended while flows are still starting (SYN backoff 1+2+4+8+16).
@@ -80,91 +76,6 @@ def simulator_manifest(cfg: SimConfig) -> dict:
     }
 
 
-class SimProber:
-    """measure(buffer_bytes, n) for MedianSearch, on a running simulated dumbbell."""
-
-    def __init__(self, net: SimDumbbell, opts: SearchOptions, denominator_mbps: float) -> None:
-        self.net, self.opts, self.denominator = net, opts, denominator_mbps
-        self.measurements: list[Measurement] = []
-        self.loss: list = []  # (buffer packets, LossCycle) of each sampled stretch
-
-    def model_cycle(self, buffer_packets: float) -> float:
-        cfg = self.net.cfg
-        return cycle_seconds(
-            cfg.cc, self.opts.flows, cfg.bdp_bytes / FRAME_BYTES, buffer_packets, max(cfg.rtt_ms) / 1000
-        )
-
-    def observe(self, buffer_packets: float, iv: Interval) -> None:
-        times = [iv.t0, *iv.drop_times, iv.t1]
-        drops = [0, *range(1, len(iv.drop_times) + 1), len(iv.drop_times)]
-        rtt_s = max(self.net.cfg.rtt_ms) / 1000
-        self.loss.append((buffer_packets, loss_cycle(times, drops, 2 * rtt_s)))
-
-    def timing(self, buffer_bytes: float) -> Timing:
-        interval = None
-        if self.opts.sample_length == "measured":
-            interval = episode_interval(self.loss, self.model_cycle, buffer_bytes / FRAME_BYTES, MIN_EPISODES)
-        return probe_timing(self.net.cfg, self.opts, buffer_bytes, interval)
-
-    def samples(self, n: int, sample_s: float) -> list[Interval]:
-        out = []
-        for _ in range(n):
-            iv = self.net.run(sample_s)
-            self.observe(self.net.buffer_packets, iv)
-            out.append(iv)
-        return out
-
-    def measure(self, buffer_bytes: int, n: int) -> list[float]:
-        timing = self.timing(buffer_bytes)
-        packets = buffer_bytes // FRAME_BYTES
-        settle = 0.0
-        if packets != self.net.buffer_packets:
-            self.net.set_buffer(packets)
-            settle = timing.settle_s
-            self.net.run(settle)
-        t0 = self.net.sim_seconds
-        ivs = self.samples(n, timing.sample_s)
-        rates = [iv.rate_mbps for iv in ivs]
-        span = sum(iv.t1 - iv.t0 for iv in ivs)
-        m = Measurement(
-            packets,
-            round(t0, 3),
-            round(settle, 2),
-            round(timing.sample_s, 2),
-            [round(r, 4) for r in rates],
-            [round(r / self.denominator, 5) for r in rates],
-            sum(iv.drops for iv in ivs),
-            sum(iv.packets for iv in ivs),
-            {},
-            {
-                "mean_packets": round(sum(iv.queue_mean * (iv.t1 - iv.t0) for iv in ivs) / span, 2),
-                "max_packets": max(iv.queue_max for iv in ivs),
-                "drops": sum(iv.drops for iv in ivs),
-            },
-            tcp=twin_counters([iv.tcp for iv in ivs]) if all(iv.tcp for iv in ivs) else {},
-        )
-        self.measurements.append(m)
-        return m.utilization
-
-
-def calibrate(prober: SimProber, nominal_mbps: float, samples: int, say: Callable[[str], None]) -> list[float]:
-    """The emulation's calibration (search.calibrate) on simulated time: half the samples, the rest
-    only where those differ; refused below MIN_REFERENCE of nominal (the twin cannot fall short of
-    its rate for want of CPU, so that would mean too many flows for the pipe)."""
-    sample_s = calibration_sample_s(prober.net.cfg.cc, max(prober.net.cfg.rtt_ms) / 1000)
-    rates = [iv.rate_mbps for iv in prober.samples(samples // 2, sample_s)]
-    if max(rates) - min(rates) > CALIBRATION_AGREE * statistics.median(rates):
-        rates += [iv.rate_mbps for iv in prober.samples(samples - samples // 2, sample_s)]
-    ref = statistics.median(rates)
-    say(f"  reference rate {ref:.2f} Mb/s ({ref / nominal_mbps:.1%} of {nominal_mbps:g}) from {len(rates)} samples")
-    if ref < MIN_REFERENCE * nominal_mbps:
-        raise RunError(
-            f"the simulated link carried {ref:.2f} of its {nominal_mbps:g} Mb/s with a {CALIBRATION_BDPS}-BDP buffer: "
-            "the flows cannot fill it (too many for the pipe?)"
-        )
-    return rates
-
-
 START_BUFFERS = ("calibration", "small")
 
 
@@ -187,6 +98,29 @@ def start_packets(choice: str, cal_packets: int, small_packets: int, flows: int)
     if choice == "small":
         return min(max(small_packets, flows), cal_packets)
     return min(int(choice), cal_packets)
+
+
+def warm_up(net: SimDumbbell, prober: Prober, flows: int, cal_packets: int, say: Callable[[str], None]) -> int:
+    """Run the flows until every one is up and warm, then grow them into the calibration buffer where
+    they started below it; how many came up."""
+    start = net.buffer_packets
+    warm = prober.timing(net.buffer_bytes).warmup_s
+    net.run(warm)
+    # Held until every flow is up, as the emulation holds its flows (a SYN lost among hundreds
+    # of flows starting within a second costs a flow 1 s, then 2, 4, ...).
+    up = net.flows_up()
+    while up < flows and net.sim_seconds < warm + MAX_START_S:
+        net.run(1.0)
+        up = net.flows_up()
+    if net.sim_seconds > warm:
+        net.run(warm)  # the late flows' own warm-up
+    say(f"  {up} of {flows} flows up after {net.sim_seconds:.1f} s at {start} packets")
+    if start != cal_packets:
+        net.set_buffer(cal_packets)
+        grow = prober.timing(net.buffer_bytes).warmup_s
+        net.run(grow)
+        say(f"  {grow:.1f} s at the {cal_packets}-packet calibration buffer, to {net.sim_seconds:.1f} s")
+    return up
 
 
 def run_sim_search(
@@ -218,58 +152,15 @@ def run_sim_search(
             "their slow start overshoots that, and congestion avoidance then grows them into the larger one"
         )
     with SimDumbbell(cfg, opts.flows, start) as net:
-        prober = SimProber(net, opts, cfg.rate_mbps)
-        warm = prober.timing(net.buffer_bytes).warmup_s
-        net.run(warm)
-        # Held until every flow is up, as the emulation holds its flows (a SYN lost among hundreds
-        # of flows starting within a second costs a flow 1 s, then 2, 4, ...).
-        up = net.flows_up()
-        while up < opts.flows and net.sim_seconds < warm + MAX_START_S:
-            net.run(1.0)
-            up = net.flows_up()
-        if net.sim_seconds > warm:
-            net.run(warm)  # the late flows' own warm-up
-        say(f"  {up} of {opts.flows} flows up after {net.sim_seconds:.1f} s at {start} packets")
-        if start != cal_packets:
-            net.set_buffer(cal_packets)
-            grow = prober.timing(net.buffer_bytes).warmup_s
-            net.run(grow)
-            say(f"  {grow:.1f} s at the {cal_packets}-packet calibration buffer, to {net.sim_seconds:.1f} s")
+        prober = Prober(SimulatedLink(net), opts, cfg.rate_mbps)
+        up = warm_up(net, prober, opts.flows, cal_packets, say)
         cal_rates = calibrate(prober, cfg.rate_mbps, max(10, 2 * opts.samples), say)
         reference = statistics.median(cal_rates)
         prober.denominator = reference if opts.relative_to == "reference" else cfg.rate_mbps
         top = min(cal_packets, opts.max_buffer_packets or cal_packets)
         if first:
             say(f"  first probe at {first.packets} packets: {first.source}")
-        search: MedianSearch | None = None
-
-        def progress(p: Probe) -> None:
-            c = search.crossing() if search and opts.precision else None
-            where = f"; crossing {c.packets:.1f} ({c.low:.1f}..{c.high:.1f})" if c else ""
-            q = prober.measurements[-1].queue
-            say(
-                f"  probe {len(search.probes) if search else 0:2d}: {p.buffer_packets:5d} packets -> median "
-                f"{p.median:.2%} {'pass' if p.passed else 'fail'}{' (re-check)' if p.recheck else ''}, queue mean "
-                f"{q['mean_packets']:.0f} max {q['max_packets']} [{len(p.samples)} samples, {net.sim_seconds:.0f} "
-                f"s simulated{where}]"
-            )
-
-        search = MedianSearch(
-            prober.measure,
-            target=opts.target,
-            hi_packets=top,
-            samples=opts.samples,
-            first_guess_packets=first.packets if first else None,
-            assume_hi_passes=opts.relative_to == "reference" and top == cal_packets,
-            resolution=opts.resolution,
-            sequential=opts.max_samples > opts.samples,
-            alpha=opts.alpha,
-            max_samples=max(opts.max_samples, opts.samples),
-            precision=opts.precision,
-            level=opts.level,
-            progress=progress,
-        )
-        res = search.run()
+        res = median_search(prober, opts, top, cal_packets, first, say).run()
         sim_seconds = net.sim_seconds
 
     answer = res.buffer_packets
@@ -288,16 +179,8 @@ def run_sim_search(
         "nominal_rate_mbps": cfg.rate_mbps,
         "reference_rate_mbps": round(reference, 3),
         **answer_fields(
-            res,
-            opts,
-            th,
-            cal_packets,
-            top,
-            first,
-            loss_summary(prober, answer),  # type: ignore[arg-type]  # SimProber has the .loss and .model_cycle it reads
-            cal_rates,
-            prober.measurements,
-        ),
+            res, opts, th, cal_packets, top, first, loss_summary(prober, answer), cal_rates, prober.measurements
+        ),  # fmt: skip
         "queue_at_answer": next((m.queue for m in reversed(prober.measurements) if m.buffer_packets == answer), None),
         "start_buffer": start_buffer,
         "start_buffer_packets": start,
@@ -309,10 +192,11 @@ def run_sim_search(
         "config": cfg.to_dict(),
         "manifest": simulator_manifest(cfg),
     }
+    result = stamp(result, "result")  # the same document whether written, printed or returned
     if out is not None:
         make_dirs(out)
         write_samples_csv(out / "samples.csv", prober.measurements)
-        write_json_atomic(out / "result.json", stamp(result, "result"))
+        write_json_atomic(out / "result.json", result)
     say(
         f"  answer: {answer} packets, {result['ratio_to_theory']}x RTT*C/sqrt(N); "
         f"{'valid' if result['valid'] else 'FLAGGED: ' + ', '.join(k for k, v in flags.items() if v is False)}; "
