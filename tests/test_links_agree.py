@@ -4,7 +4,8 @@ same command with `--link`, against each other and, for one flow, against the fl
 Reno on 10 Mb/s with a 20 ms RTT (a BDP of 16.5 packets), 20 s measured. Tolerance 2 points of
 utilization between the links: both TCPs (Linux's and ns-3's TcpLinuxReno) follow the same Reno
 rules, and a link that served late or a twin whose TCP differed would move them apart by more.
-What was measured when these tests were written is in docs/lab/links.md.
+What was measured when these tests were written is in docs/lab/links.md, with the one configuration
+tried that the links do not yet agree on (four flows at a quarter BDP), which is not asserted here.
 """
 
 from __future__ import annotations
@@ -45,19 +46,6 @@ def test_four_reno_flows_keep_a_bdp_buffered_link_full_on_both_links(tmp_path, n
     simulated = utilization("simulated", 4, buffer_packets, tmp_path)
     assert abs(emulated - simulated) <= TOLERANCE, (emulated, simulated)
     assert min(emulated, simulated) >= 0.98, (emulated, simulated)
-
-
-@pytest.mark.integration
-@pytest.mark.xfail(
-    reason="an open disagreement, measured: at a quarter BDP four Reno flows carried 0.888 of the emulated "
-    "link and 0.982 of the twin's (docs/lab/links.md); which side's TCP or link explains it is not yet known",
-    strict=False,
-)
-def test_four_reno_flows_on_a_quarter_bdp_use_both_links_alike(tmp_path, no_leftovers):
-    buffer_packets = round(0.25 * BDP_PACKETS)
-    emulated = utilization("emulated", 4, buffer_packets, tmp_path)
-    simulated = utilization("simulated", 4, buffer_packets, tmp_path)
-    assert abs(emulated - simulated) <= TOLERANCE, (emulated, simulated)
 
 
 @pytest.mark.integration
