@@ -89,11 +89,11 @@ def test_readme_five_search_table_matches_committed_results() -> None:
 
 
 def test_readme_ratios_to_the_rules_match_the_full_sweep() -> None:
-    """README's "0.24 to 0.44 x RTT*C/sqrt(N), and 0.51 to 0.92 x the same rule redone for cubic's"
+    """The findings' summary "0.24 to 0.44 x RTT*C/sqrt(N), and 0.51 to 0.92 x the same rule redone for cubic's"
     are the committed full sweep's smallest and largest ratios of its medians to each rule."""
-    text = " ".join((REPO / "README.md").read_text().split())
+    text = " ".join(FINDINGS.read_text().split())  # its summary, moved there from README.md
     m = re.search(r"that is ([\d.]+) to ([\d.]+) x RTT\*C/sqrt\(N\), and ([\d.]+) to ([\d.]+) x the same rule", text)
-    assert m, "README no longer states the full sweep's ratios to the rules"
+    assert m, "the findings' summary no longer states the full sweep's ratios to the rules"
     rows = summary_rows(load_results(REPO / "results" / "full" / "2026-11-25"))
     theory = [r["ratio_to_theory"] for r in rows]
     cubic = [r["ratio_to_cc_rule"] for r in rows]
@@ -130,7 +130,7 @@ def _factor_runs(set_dir: str, condition: str) -> list[dict]:
 
 def test_plateau_factor_searches_in_the_docs_are_the_committed_searches() -> None:
     """The quiet night's factor table (bench/results/plateau/README.md, section 5), in round order
-    with the unconverged ones marked, and README's sentence on it, say what the committed searches
+    with the unconverged ones marked, and the findings' summary sentence on it, say what the committed searches
     answered."""
     (_, rows), *_ = _tables((PLATEAU / "README.md").read_text(), FACTOR_HEADER)
     assert len(rows) == 8
@@ -142,5 +142,5 @@ def test_plateau_factor_searches_in_the_docs_are_the_committed_searches() -> Non
         assert said == [(r["buffer_packets"], not r["flags"]["converged"]) for r in runs], (where, senders, answers)
     kernel = {n: ", ".join(str(r["buffer_packets"]) for r in _factor_runs(f"factor-searches-n{n}", "kernel"))
               for n in (200, 800)}  # fmt: skip
-    readme = " ".join((REPO / "README.md").read_text().split())
+    readme = " ".join(FINDINGS.read_text().split())  # the summary, moved there from README.md
     assert f"({kernel[200]} at N = 200; {kernel[800]} at N = 800)" in readme, kernel
