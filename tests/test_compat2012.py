@@ -45,13 +45,14 @@ def test_print_config_resolves_the_2012_sweep_line_and_builds_nothing():
     assert res.returncode == 0, res.stderr
     cfg = json.loads(res.stdout)
     assert cfg | {"bdp_packets": None} == {
+        "preset": "full",  # the published figures' method, with the 2012 line's values over it
         "flows": 800, "hosts": 2, "rate_mbps": 62.5, "rtt_ms": 87.0, "access_mbps": 1000.0, "cc": hardware_cc(),
         "target": 0.99, "max_buffer_packets": 100,  # --maxq, the top of the 2012 search
-        "shaper": "auto", "delay_backend": "auto", "burst_bytes": None, "pacer": cfg["pacer"], "bdp_packets": None,
+        "shaper": "line", "delay_backend": "auto", "burst_bytes": None, "pacer": cfg["pacer"], "bdp_packets": None,
         "loss_recovery": "linux", "delayed_ack": True, "sender_pacing": False,
-        "relative_to": "reference", "samples": 5, "settle_s": None, "sample_s": None, "max_sample_s": 30.0,
+        "relative_to": "reference", "samples": 3, "settle_s": None, "sample_s": None, "max_sample_s": 30.0,
         "sample_length": "measured",
-        "resolution": 0.05, "max_samples": 0, "alpha": 0.05, "precision": 0.0, "level": 0.9, "first_guess": True,
+        "resolution": 0.05, "max_samples": 0, "alpha": 0.05, "precision": 0.1, "level": 0.9, "first_guess": True,
         "tool": "iperf", "fidelity_s": 2.0, "max_sample_steal": 0.005,
     }  # fmt: skip
     assert cfg["bdp_packets"] == pytest.approx(62.5e6 / 8 * 0.087 / 1514, abs=0.1)

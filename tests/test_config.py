@@ -216,7 +216,7 @@ def test_a_sweep_resumed_with_more_runs_keeps_its_runs_and_records_the_change(tm
     (tmp_path / "manifest.json").write_text(json.dumps({"spec": one.to_dict(), "machine": {"shaper": "line"}}))
     three = make_spec(None, [2, 10], {"runs": 3, "shaper": "line"}, {})
     with pytest.raises(UsageError, match=r"different settings \(cc, runs\)"):
-        existing_manifest(tmp_path, make_spec(None, [2, 10], {"runs": 3, "shaper": "line", "cc": "cubic"}, {}))
+        existing_manifest(tmp_path, make_spec(None, [2, 10], {"runs": 3, "shaper": "line", "cc": "reno"}, {}))
     open_sweep(tmp_path, three, "delayline")
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert manifest["spec"] == three.to_dict() and manifest["machine"] == {"shaper": "line"}
@@ -286,7 +286,10 @@ def test_the_quick_preset_runs_the_precision_rule_and_a_committed_quick_run_befo
     assert spec_of("--preset", "quick").search == quick.search
     assert spec_of("--preset", "quick", "--precision", "0").search["precision"] == 0.0
     assert spec_of("--preset", "quick", "--precision", "0.1").search["precision"] == 0.1
-    assert spec_of("--flows", "10").search["precision"] == 0.0  # no preset: the sign test's default, off
+    # No preset named: the published figures' method (the full preset's rule, link and hosts), one run.
+    bare = spec_of("--flows", "10")
+    full = spec_of("--preset", "full", "--flows", "10", "--runs", "1")
+    assert bare.to_dict() == full.to_dict() and bare.search["precision"] == 0.1 and bare.max_hosts == 400
     committed = json.loads((REPO / "results" / "quick" / "2026-11-26-130743" / "manifest.json").read_text())
     (tmp_path / "manifest.json").write_text(json.dumps(committed))
     with pytest.raises(UsageError, match="different settings"):

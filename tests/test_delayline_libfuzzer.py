@@ -69,13 +69,14 @@ def test_parsers_survive_libfuzzer(tmp_path: Path) -> None:
 def test_the_target_catches_a_planted_bug(tmp_path: Path) -> None:
     """The harness is not blind: a parser that reads one byte past the frame is caught at once."""
     assert shutil.which("clang")
-    src = (DELAYLINE_DIR / "delayline.c").read_text()
-    planted = src.replace("if (type == ETH_P_IP && len >= l3 + 20) {", "if (type == ETH_P_IP && len >= l3 + 1) {")
-    assert planted != src
     work = tmp_path / "src"
     work.mkdir()
-    (work / "delayline.c").write_text(planted)
-    shutil.copy(DELAYLINE_DIR / "fuzz_parsers.c", work)
+    for part in [*DELAYLINE_DIR.glob("*.c"), *DELAYLINE_DIR.glob("*.h")]:  # the delay line's parts, as built
+        shutil.copy(part, work)
+    src = (work / "delay.c").read_text()  # delay_for(), the frame parser
+    planted = src.replace("if (type == ETH_P_IP && len >= l3 + 20) {", "if (type == ETH_P_IP && len >= l3 + 1) {")
+    assert planted != src
+    (work / "delay.c").write_text(planted)
     target = work / "fuzz"
     subprocess.run(
         ["clang", "-g", "-O1", "-fsanitize=fuzzer,address", "-o", str(target), str(work / "fuzz_parsers.c")],

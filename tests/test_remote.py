@@ -41,7 +41,7 @@ from bufsize.remote.ssh import connect
 from bufsize.topologies.errors import UsageError
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
-SPEC_ARGS = ["--flows", "2,4", "--runs", "1", "--rate-mbps", "20", "--rtt-ms", "20", "--samples", "2"]
+SPEC_ARGS = ["--flows", "2,4", "--runs", "1", "--rate-mbps", "20", "--rtt-ms", "20", "--samples", "2", "--cc", "reno"]
 
 
 # ---- the plan -------------------------------------------------------------------------------

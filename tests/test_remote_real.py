@@ -37,7 +37,8 @@ PORT = 2222
 # emulation, and two searches run at once on this machine's cores; HTB, not the line shaper, which
 # keeps a CPU busy.
 FAST = ["--rate-mbps", "5", "--rtt-ms", "40", "--cc", "reno", "--shaper", "htb", "--settle-s", "1",
-        "--sample-s", "0.5", "--samples", "2", "--resolution", "0.3", "--fidelity-s", "0", "--hosts", "4"]  # fmt: skip
+        "--sample-s", "0.5", "--samples", "2", "--resolution", "0.3", "--fidelity-s", "0", "--hosts", "4",
+        "--precision", "0"]  # fmt: skip
 
 pytestmark = pytest.mark.integration
 

@@ -202,7 +202,7 @@ def test_config_refused_before_a_process_starts(cfg, flows, needle):
 def test_sim_sweep_command_writes_resumes_and_plots(tmp_path):
     out = tmp_path / "sweep"
     args = [BUFSIZE, "sim", "sweep", "--flows", "10,20", "--seeds", "2", "--rate-mbps", "10", "--rtt-ms", "20",
-            "--precision", "0.2", "--jobs", "2", "--out", str(out)]  # fmt: skip
+            "--cc", "reno", "--precision", "0.2", "--jobs", "2", "--out", str(out)]  # fmt: skip
     res = subprocess.run(args, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     results = [json.loads((out / f"n{n:04d}-run{s}" / "result.json").read_text()) for n in (10, 20) for s in (1, 2)]

@@ -85,20 +85,42 @@ def add_link_commands(command: Command) -> None:
     s = command(
         "search", commands.cmd_search, "smallest buffer keeping the link at the target utilization (binary_search.py)"
     )
-    options.add_topology_args(s)
+    options.add_preset_arg(s, "its link, hosts and search rule; default full")
+    s.add_argument("--hosts", type=int, help="most sender hosts: the search uses min(N, this) (default 400)")
+    add_link_args(s, rate=None, rtt=None, cc=None)
+    options.add_buffer_args(s)
     add_flows_arg(s)
     add_search_args(s)
+    # None: not given, so the preset's rule applies (sweep.search_rule); --precision 0 still turns it off.
+    s.set_defaults(samples=None, resolution=None, max_samples=None, precision=None, target=None)
     add_result_args(s, "result.json, samples.csv and the monitors' data")
-    s.add_argument("--print-config", action="store_true", help="print the resolved configuration as JSON and exit")
+    options.add_print_config_arg(s)
     add_link_choice(s, "search")
 
     w = command("sweep", commands.cmd_sweep, "one search per (N, run) into a resumable sweep directory, then plot it")
     options.add_sweep_args(w)
-    w.add_argument("--out", required=True, help="sweep directory; re-running the same command resumes it")
+    w.add_argument("--out", help="sweep directory; re-running the same command resumes it (needed but for"
+                   " --print-config)")  # fmt: skip
     w.add_argument("--points", help="only these N:run points of the sweep, e.g. 2:1,10:1 (what bufsize remote uses)")
     add_link_choice(w, "sweep")
     add_report_args(w, "the plan")
+    options.add_print_config_arg(w)
 
+    m = command(
+        "measure", commands.cmd_measure, "utilization, loss and queue at one fixed buffer, after the flows settle"
+    )
+    options.add_topology_args(m)
+    add_flows_arg(m)
+    add_measure_args(m)
+    add_result_args(m, "result.json, the monitors' CSVs and plots")
+    options.add_print_config_arg(m)
+    add_link_choice(m, "measure")
+
+    add_table_commands(command)
+
+
+def add_table_commands(command: Command) -> None:
+    """`plot`, for what the link commands write, and `util-table`, a table of measurements."""
     pl = command(
         "plot", commands.cmd_plot, "a sweep directory: figure and table; one run's directory: its monitor plots"
     )
@@ -114,15 +136,6 @@ def add_link_commands(command: Command) -> None:
     )
     pl.add_argument("--json", action="store_true", help="print the files written as JSON")
 
-    m = command(
-        "measure", commands.cmd_measure, "utilization, loss and queue at one fixed buffer, after the flows settle"
-    )
-    options.add_topology_args(m)
-    add_flows_arg(m)
-    add_measure_args(m)
-    add_result_args(m, "result.json, the monitors' CSVs and plots")
-    add_link_choice(m, "measure")
-
     u = command(
         "util-table", commands.cmd_util_table, "seed 000 Fig 15: utilization at 0.5-3 x RTT*C/sqrt(n) beside the GSR"
     )
@@ -133,6 +146,7 @@ def add_link_commands(command: Command) -> None:
     add_link_args(u, rate=155.0, rtt="80..120")
     add_measure_args(u)
     u.add_argument("--json", action="store_true", help="print the table's rows and files as JSON (progress on stderr)")
+    options.add_print_config_arg(u)
 
 
 def add_tool_commands(command: Command) -> None:
@@ -160,6 +174,7 @@ def add_tool_commands(command: Command) -> None:
         " which git ignores; the committed reference runs are in results/quick/)",
     )
     add_report_args(q, "the plan")
+    options.add_print_config_arg(q)
 
 
 def add_report_args(p: argparse.ArgumentParser, plan: str) -> None:

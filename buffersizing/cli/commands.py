@@ -88,24 +88,20 @@ def cmd_flows(a: argparse.Namespace) -> int:
 
 
 def cmd_search(a: argparse.Namespace) -> int:
-    from bufsize.longlived.search import SearchOptions, default_samples, resolved_config, run_search
+    from bufsize.longlived.search import resolved_config, run_search
+    from bufsize.longlived.sweep import spec_from_args
 
     if a.buffer_bytes is not None or a.buffer_packets is not None:
         raise UsageError("search chooses the buffer itself: drop --buffer-bytes/--buffer-packets")
-    cfg = options.config_from_args(a)
-    samples = a.samples if a.samples is not None else default_samples(a.precision)
-    opts = SearchOptions(a.flows, a.target, a.relative_to, samples, a.settle_s, a.sample_s,
-                         resolution=a.resolution, max_samples=a.max_samples, alpha=a.alpha,
-                         precision=a.precision, level=a.level, sample_length=a.sample_length or "measured",
-                         max_buffer_packets=a.max_buffer_packets, first_guess=not a.no_first_guess, tool=a.tool,
-                         fidelity_s=a.fidelity_s)  # fmt: skip
-    if a.max_sample_steal is not None:
-        opts.max_sample_steal = a.max_sample_steal
-    opts.validate(cfg)
-    if a.print_config:  # resolved and checked; nothing is built
-        return print(json.dumps(resolved_config(cfg, opts))) or 0
+    spec = spec_from_args(a, [a.flows])  # one point of a sweep: the same method, checked the same way
+    cfg, opts = spec.config(a.flows), spec.options(a.flows)
+    if options.printed_config(a, {"preset": spec.preset, **resolved_config(cfg, opts)}):
+        return 0
     require_root()
     out = result_dir(a)
+    if not a.json:
+        print(f"method: preset {spec.preset}{'' if a.preset else ' (the published figures; --preset to choose)'},"
+              " with the flags given over it (--print-config shows all)", file=sys.stderr)  # fmt: skip
     result = run_search(cfg, cfg.backend(), opts, out, log=quiet_if(a.json))
     if a.json:
         print(json.dumps(result, indent=1))
@@ -129,6 +125,8 @@ def cmd_measure(a: argparse.Namespace) -> int:
         raise UsageError("give the buffer under study: --buffer-packets or --buffer-bytes")
     cfg = options.config_from_args(a)
     opts = measure_options(a, a.flows, cfg)
+    if options.printed_config(a, {"config": cfg, "options": opts}):
+        return 0
     require_root()
     out = result_dir(a)
     assert cfg.buffer_bytes is not None
@@ -145,6 +143,8 @@ def cmd_util_table(a: argparse.Namespace) -> int:
     check_table(flows, multiples, a.hosts)
     configs = {n: options.link_config(a, min(n, a.hosts)) for n in flows}
     opts = {n: measure_options(a, n, configs[n]) for n in flows}
+    if options.printed_config(a, {"multiples": multiples, "configs": configs, "options": opts}):
+        return 0
     require_root()
     out = check_out_dir(a.out)  # before the backend probe builds its namespace
     backend = delay_backend(a.delay_backend, a.shaper)
@@ -167,6 +167,10 @@ def cmd_sweep(a: argparse.Namespace) -> int:
 
     spec = spec_from_args(a)
     only = parse_points(a.points, spec) if a.points is not None else None
+    if options.printed_config(a, {"spec": spec, "points": only or spec.points()}):
+        return 0
+    if a.out is None:
+        raise UsageError("give --out: the sweep directory (re-running the same command resumes it)")
     out = check_out_dir(a.out, create=not a.dry_run)
     if a.dry_run:
         backend = delay_backend(spec.delay_backend, spec.shaper) if os.geteuid() == 0 else None
@@ -210,8 +214,10 @@ def cmd_clean(a: argparse.Namespace) -> int:
 
 
 def cmd_quick(a: argparse.Namespace) -> int:
-    from bufsize.longlived.quick import plan_quick, run_quick
+    from bufsize.longlived.quick import plan_quick, quick_spec, run_quick
 
+    if options.printed_config(a, {"spec": quick_spec(), "points": quick_spec().points()}):
+        return 0
     if a.dry_run:
         p = plan_quick(a.out, QUICK_REFERENCE_DIR)
         print(json.dumps(p, indent=1) if a.json else p["text"])

@@ -8,6 +8,8 @@ parses and converts.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import math
 from collections.abc import Sequence
 
@@ -37,13 +39,16 @@ def add_path_args(
 ) -> None:
     """What both links take: the bottleneck's rate, the RTTs, the congestion control, the access links and
     the receiver's delayed ACKs (None: not given, so a preset's value applies)."""
-    p.add_argument("--rate-mbps", type=float, default=rate, help=f"bottleneck rate C (default {rate or 62.5:g})")
+    by_preset = "the preset's: 62.5 in all but fig11"
+    p.add_argument("--rate-mbps", type=float, default=rate, help=f"bottleneck rate C (default {rate or by_preset})")
     p.add_argument(
         "--rtt-ms",
         default=rtt,
-        help=f"RTT per sender host: 87, a list 20,40 (one per host) or a range 20..300 (default {rtt or 87})",
+        help="RTT per sender host: 87, a list 20,40 (one per host) or a range 20..300 (default "
+        f"{rtt or by_preset.replace('62.5', '87')})",
     )
-    cc_help = f"TCP congestion control on every host (default {cc or 'reno'})"
+    cc_default = cc or "the preset's: bic or cubic where the kernel has it, reno for theory and fig11"
+    cc_help = f"TCP congestion control on every host (default {cc_default})"
     p.add_argument("--cc", default=cc, choices=ccs, help=cc_help)
     p.add_argument("--access-mbps", type=float, default=1000.0, help=access_help)
     p.add_argument(
@@ -100,6 +105,10 @@ def add_link_args(p: argparse.ArgumentParser, rate: float | None = 62.5, rtt: st
 def add_topology_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hosts", type=int, default=2, help="sender hosts, 1 to 400 (default 2)")
     add_link_args(p)
+    add_buffer_args(p)
+
+
+def add_buffer_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--buffer-bytes", type=int, help="bottleneck buffer (bfifo limit) in bytes (default: BDP)")
     p.add_argument("--buffer-packets", type=float, help="bottleneck buffer in 1514-byte packets")
 
@@ -189,14 +198,9 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
 
 def add_sweep_args(p: argparse.ArgumentParser) -> None:
     """What describes a sweep (bufsize sweep, bufsize remote): a preset, N, runs, the link and the search."""
-    p.add_argument(
-        "--preset",
-        choices=PRESETS,
-        help="quick (the main job), full, theory (reno), fig11 (seed 000: 155 Mb/s, spread RTTs, reno, 98 %%),"
-        " or bbr (the full sweep with bbr); flags override",
-    )
+    add_preset_arg(p, "its N and runs; without one, the full preset's method over --flows, one run each")
     p.add_argument("--flows", help="numbers of flows, comma-separated, e.g. 2,10,50,200,800")
-    p.add_argument("--runs", type=int, help="searches per N (default 1)")
+    p.add_argument("--runs", type=int, help="searches per N (default: the preset's; 1 without one)")
     p.add_argument("--hosts", type=int, help="most sender hosts; each point uses min(N, this) (default 400)")
     add_link_args(p, rate=None, rtt=None, cc=None)
     p.add_argument(
@@ -208,6 +212,44 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
     add_search_args(p)
     # None: not given, so a preset's own rule applies (make_spec); --precision 0 still turns it off.
     p.set_defaults(samples=None, resolution=None, max_samples=None, precision=None, target=None)
+
+
+def add_preset_arg(p: argparse.ArgumentParser, what: str) -> None:
+    """--preset: the named methods (longlived/presets.py); none named is the published figures' method."""
+    p.add_argument(
+        "--preset",
+        choices=PRESETS,
+        help="the method: quick (the main job), full (the published figures' method: bic or cubic, min(N, 400)"
+        " hosts, the precision rule at +-10 %%), theory (reno), fig11 (seed 000: 155 Mb/s, spread RTTs, reno,"
+        f" 98 %%) or bbr; flags override any part of it ({what})",
+    )
+
+
+def add_print_config_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the method and configuration this command resolved, as JSON, and exit; builds and runs nothing",
+    )
+
+
+def printed_config(a: argparse.Namespace, resolved: dict) -> bool:
+    """With --print-config: print what was resolved (dataclasses as their fields) and say so."""
+    if not getattr(a, "print_config", False):
+        return False
+    print(json.dumps(plain(resolved), indent=1))
+    return True
+
+
+def plain(x: object) -> object:
+    """`x` with dataclasses as dicts and paths as text, for JSON."""
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return plain(dataclasses.asdict(x))
+    if isinstance(x, dict):
+        return {str(k): plain(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [plain(v) for v in x]
+    return x if isinstance(x, str | int | float | bool | type(None)) else str(x)
 
 
 def add_measure_args(p: argparse.ArgumentParser) -> None:

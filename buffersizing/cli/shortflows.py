@@ -61,6 +61,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     options.add_tool_arg(p)
     p.add_argument("--fidelity-s", type=float, default=0.0, help="seconds of pacing trace in the window (default 0)")
     options.add_result_args(p, "result.json, transfers.csv, the monitors' CSVs and plots")
+    options.add_print_config_arg(p)
     p.set_defaults(func=run)
 
     e = sub.add_parser(
@@ -89,6 +90,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     e.add_argument("--long-flows", help="mix: numbers of long flows (default 10,50,100,200,400)")
     e.add_argument("--users", type=int, help="loss, transfer: closed-loop users (default 600, 500)")
     e.add_argument("--json", action="store_true", help="print the outcome and the table's rows as JSON")
+    options.add_print_config_arg(e)
     e.set_defaults(func=run_experiment)
     return p
 
@@ -141,6 +143,8 @@ def whole_numbers(name: str, text: str) -> list[int]:
 def run_experiment(a: argparse.Namespace) -> int:
     spec = experiment_spec(a)
     spec.validate()
+    if options.printed_config(a, {"experiment": a.name, "spec": spec, "points": spec.points()}):
+        return 0
     require_root()
     backend = spec.points()[0][1].backend()
     out = check_out_dir(a.out)
@@ -171,6 +175,8 @@ def run(a: argparse.Namespace) -> int:
     opts.validate()
     cfg = options.config_from_args(a)
     cfg.validate()
+    if options.printed_config(a, {"config": cfg, "options": opts}):
+        return 0
     require_root()
     backend = cfg.backend()  # before --out is made: a refusal there leaves nothing behind
     out = None

@@ -15,8 +15,18 @@ import time
 from pathlib import Path
 
 from bufsize.cli.commands import quiet_if, result_dir
-from bufsize.cli.options import add_path_args, add_result_args, add_search_args, add_sender_pacing_arg
-from bufsize.longlived.search import CALIBRATION_BDPS, SearchOptions, default_samples
+from bufsize.cli.options import (
+    add_path_args,
+    add_preset_arg,
+    add_print_config_arg,
+    add_result_args,
+    add_search_args,
+    add_sender_pacing_arg,
+    printed_config,
+)
+from bufsize.longlived.presets import DEFAULT_PRESET, preset
+from bufsize.longlived.search import CALIBRATION_BDPS, SearchOptions
+from bufsize.longlived.sweep import search_rule
 from bufsize.monitors.tcpstats import recovery_shares, twin_counters
 from bufsize.scaffold.lists import parse_flow_list
 from bufsize.scaffold.resultdir import check_out_dir, write_json_atomic
@@ -27,10 +37,12 @@ from bufsize.topologies.errors import UsageError
 from bufsize.topologies.nssim import MAX_SIM_FLOWS, MAX_SIM_HOSTS, SIM_CCS, SIM_RTOS, SimConfig, SimDumbbell
 
 
-def add_sim_link_args(p: argparse.ArgumentParser, hosts_help: str) -> None:
+def add_sim_link_args(p: argparse.ArgumentParser, hosts_help: str, by_preset: bool = False) -> None:
+    """The twin's link options; `by_preset`: the rate, RTT and cc default to the preset's (search, sweep)."""
     p.add_argument("--hosts", type=int, help=hosts_help)
     # ns-3's TcpLinuxReno, TcpCubic or TcpBbr.
-    add_path_args(p, ccs=SIM_CCS, access_help="access link rate (default 1000)")
+    none = {"rate": None, "rtt": None, "cc": None} if by_preset else {}
+    add_path_args(p, ccs=SIM_CCS, access_help="access link rate (default 1000)", **none)
     p.add_argument(
         "--start-spread-s",
         type=float,
@@ -57,11 +69,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     s = cmds.add_parser("search", help="smallest buffer keeping the simulated link at the target utilization")
     s.add_argument("--flows", type=int, default=10, help="long-lived flows (default 10)")
-    add_sim_link_args(s, "sender hosts (default: one per flow up to 400)")
+    add_preset_arg(s, "its link and search rule; default full; bic, which ns-3 lacks, runs as cubic")
+    add_sim_link_args(s, "sender hosts (default: one per flow up to 400)", by_preset=True)
     s.add_argument("--seed", type=int, default=1, help="the simulation's seed (default 1): same seed, same answer")
     add_start_buffer_arg(s)
     add_search_args(s)
+    s.set_defaults(samples=None, resolution=None, max_samples=None, precision=None, target=None)
     add_result_args(s, "result.json and samples.csv")
+    add_print_config_arg(s)
     s.set_defaults(func=cmd_sim_search)
 
     m = cmds.add_parser("measure", help="utilization, loss and queue of the simulated link at one buffer")
@@ -80,16 +95,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "measured, at least one packet per flow) or packets; then the settle runs at the measured buffer",
     )
     add_result_args(m, "result.json")
+    add_print_config_arg(m)
     m.set_defaults(func=cmd_sim_measure)
 
     w = cmds.add_parser("sweep", help="one twin search per (N, seed), several at a time, resumable")
-    w.add_argument("--flows", default="2,5,10,20,50,100,200,400,600,800", help="numbers of flows, comma-separated")
+    w.add_argument("--flows", help="numbers of flows, comma-separated (default: the preset's)")
     w.add_argument("--seeds", type=int, default=3, help="searches per N, seeds 1..this (default 3)")
-    add_sim_link_args(w, "most sender hosts; each point uses min(N, this) (default 400)")
+    add_preset_arg(w, "its N, link and search rule; default full; bic, which ns-3 lacks, runs as cubic")
+    add_sim_link_args(w, "most sender hosts; each point uses min(N, this) (default 400)", by_preset=True)
     add_start_buffer_arg(w)
     add_search_args(w)
+    w.set_defaults(samples=None, resolution=None, max_samples=None, precision=None, target=None)
     w.add_argument("--jobs", type=int, help="simulations at once (default: one per CPU)")
-    w.add_argument("--out", required=True, help="sweep directory; re-running the same command resumes it")
+    w.add_argument("--out", help="sweep directory; re-running the same command resumes it (needed but for"
+                   " --print-config)")  # fmt: skip
+    add_print_config_arg(w)
     w.set_defaults(func=cmd_sim_sweep)
 
     e = cmds.add_parser("shortexp", help="a short-flow experiment on the twin: loss (seed 001 Fig 1) or mix "
@@ -107,12 +127,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--rto", choices=SIM_RTOS, default="linux",
                    help="linux: srtt + max(4 rttvar, 200 ms) (default); ns2: max(1 s, srtt + 4 rttvar), "
                    "ns-2's")  # fmt: skip
+    add_print_config_arg(e)
     e.add_argument("--beside", help="an emulated `bufsize shortexp` directory of the same experiment run with "
                    "the same options: beside.md compares the two point for point")  # fmt: skip
     e.set_defaults(func=cmd_sim_shortexp)
 
 
 def sim_config(a: argparse.Namespace, flows: int, hosts: int, seed: int) -> SimConfig:
+    if None in (a.rate_mbps, a.rtt_ms, a.cc):
+        method(a)  # search and sweep: the preset's link where not given
     if not 1 <= flows <= MAX_SIM_FLOWS:  # before the hosts, which default to min(flows, 400)
         raise UsageError(f"--flows {flows}: the twin takes 1 to {MAX_SIM_FLOWS}")
     if not 1 <= hosts <= MAX_SIM_HOSTS:  # before parse_rtts spreads a range over them
@@ -124,25 +147,46 @@ def sim_config(a: argparse.Namespace, flows: int, hosts: int, seed: int) -> SimC
     return cfg
 
 
-def search_options(a: argparse.Namespace, flows: int) -> SearchOptions:
+def method(a: argparse.Namespace) -> dict:
+    """The preset behind a twin search or sweep (the published figures' unless --preset), with its link
+    filled into the options not given; a cc the twin lacks (bic) becomes cubic, said on stderr and
+    recorded in the result's config."""
+    name = getattr(a, "preset", None) or DEFAULT_PRESET
+    pre = preset(name)
+    if getattr(a, "rate_mbps", 0) is None:
+        a.rate_mbps = pre["rate_mbps"]
+    if getattr(a, "rtt_ms", 0) is None:
+        a.rtt_ms = pre["rtt_ms"]
+    if getattr(a, "cc", 0) is None:
+        a.cc = pre["cc"] if pre["cc"] in SIM_CCS else "cubic"
+        if pre["cc"] != a.cc and not getattr(a, "print_config", False):
+            print(f"bufsize sim: preset {name} runs {pre['cc']}, which ns-3 does not have: cubic (ns-3's TcpCubic)"
+                  " instead; --cc to choose", file=sys.stderr)  # fmt: skip
+    return pre | {"name": name}
+
+
+def search_options(a: argparse.Namespace, flows: int, pre: dict | None = None) -> SearchOptions:
+    """The search rule of `pre` (a preset, {} for none) with the command line's over it, as the emulated
+    search resolves it (longlived.sweep.search_rule)."""
     if a.max_sample_steal is not None:
         raise UsageError("--max-sample-steal: the twin's samples are simulated; no hypervisor takes their CPU")
-    samples = a.samples if a.samples is not None else default_samples(a.precision)
-    return SearchOptions(flows, a.target, a.relative_to, samples, a.settle_s, a.sample_s,
-                         resolution=a.resolution if a.resolution is not None else 0.05,
-                         max_samples=a.max_samples or 0, alpha=a.alpha, precision=a.precision, level=a.level,
-                         sample_length=a.sample_length or "measured", max_buffer_packets=a.max_buffer_packets,
-                         first_guess=not a.no_first_guess, tool=a.tool, fidelity_s=a.fidelity_s,
-                         max_sample_steal=0.0)  # fmt: skip
+    keys = ("target", "relative_to", "samples", "settle_s", "sample_s", "resolution", "max_samples", "alpha",
+            "precision", "level", "sample_length", "max_buffer_packets", "tool", "fidelity_s")  # fmt: skip
+    given = {k: getattr(a, k) for k in keys} | {"first_guess": not a.no_first_guess, "max_sample_steal": 0.0}
+    return SearchOptions(flows=flows, **search_rule(pre or {}, given))
 
 
 def cmd_sim_search(a: argparse.Namespace) -> int:
     from bufsize.sim.search import check_start_buffer, run_sim_search, validate
 
+    pre = method(a)
     cfg = sim_config(a, a.flows, a.hosts if a.hosts is not None else min(a.flows, 400), a.seed)
-    opts = search_options(a, a.flows)
+    opts = search_options(a, a.flows, pre)
     validate(cfg, opts)
     check_start_buffer(a.start_buffer)
+    resolved = {"preset": pre["name"], "config": cfg.to_dict(), "search": opts, "start_buffer": a.start_buffer}
+    if printed_config(a, resolved):
+        return 0
     out = result_dir(a)
     say = quiet_if(a.json) or (lambda s: print(s, file=sys.stderr, flush=True))
     result = run_sim_search(cfg, opts, out, say, start_buffer=a.start_buffer)
@@ -169,6 +213,10 @@ def cmd_sim_measure(a: argparse.Namespace) -> int:
     cal = max(a.buffer_packets, round(CALIBRATION_BDPS * cfg.bdp_bytes / FRAME_BYTES))
     check_start_buffer(a.start_buffer)
     start = start_packets(a.start_buffer, cal, a.buffer_packets, a.flows)
+    resolved = {"config": cfg.to_dict(), "buffer_packets": a.buffer_packets, "start_buffer_packets": start,
+                "duration_s": a.duration, "settle_s": a.settle_s, "sample_s": a.sample_s}  # fmt: skip
+    if printed_config(a, resolved):
+        return 0
     out = result_dir(a)
     wall0 = time.monotonic()
     with SimDumbbell(cfg, a.flows, start) as net:
@@ -218,8 +266,9 @@ def cmd_sim_measure(a: argparse.Namespace) -> int:
 def cmd_sim_sweep(a: argparse.Namespace) -> int:
     from bufsize.sim.sweep import SimSweepSpec, check_jobs, default_jobs, run_sim_sweep
 
-    flows = parse_flow_list(a.flows)
-    opts = search_options(a, flows[0])
+    pre = method(a)
+    flows = parse_flow_list(a.flows) if a.flows is not None else pre["flows"]
+    opts = search_options(a, flows[0], pre)
     search = {k: v for k, v in opts.to_dict().items() if k != "flows"}
     hosts = a.hosts if a.hosts is not None else 400
     spec = SimSweepSpec(flows, a.seeds, hosts, a.rate_mbps, a.rtt_ms, a.cc, a.access_mbps, search,
@@ -228,6 +277,10 @@ def cmd_sim_sweep(a: argparse.Namespace) -> int:
     spec.validate()
     jobs = a.jobs if a.jobs is not None else default_jobs()
     check_jobs(jobs)
+    if printed_config(a, {"preset": pre["name"], "spec": spec, "jobs": jobs, "points": spec.points()}):
+        return 0
+    if a.out is None:
+        raise UsageError("give --out: the sweep directory (re-running the same command resumes it)")
     out = check_out_dir(a.out)
     res = run_sim_sweep(out, spec, jobs)
     from bufsize.cli.plot import plot_dir
@@ -254,6 +307,8 @@ def cmd_sim_shortexp(a: argparse.Namespace) -> int:
     beside = Path(a.beside) if a.beside is not None else None
     if beside is not None:
         check_beside(beside, spec)
+    if printed_config(a, {"experiment": a.name, "spec": spec, "tcp": tcp, "points": spec.points()}):
+        return 0
     out = check_out_dir(a.out)
     res = run_twin_series(out, spec, beside, tcp)
     print(f"{res['finished']} of {res['points']} points finished in {out}/ (table.md, figure.png"

@@ -87,6 +87,10 @@ def preset(name: str) -> dict:
 
 
 PRESETS = ("quick", "full", "theory", "fig11", "bbr")
+# The method a search or sweep runs when no --preset is named: the full preset's, the method of the
+# published figures (results/full/), so the obvious command measures what the figures show; flags
+# still override any part of it, and --print-config shows what was resolved.
+DEFAULT_PRESET = "full"
 
 
 def preset_methods(qdiscs: dict[str, bool], delayline_built: bool, cpus: int | None = None) -> dict[str, dict]:

@@ -301,11 +301,20 @@ def sweep_figure(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = summary_rows(results, ref_dir)
-    first = results[0]
-    rate, rtt = first["nominal_rate_mbps"], first["rtt_ms_for_theory"]
-    bdp_bytes = rate * 1e6 / 8 * rtt / 1000
     fig, ax = plt.subplots(figsize=(8, 7))
+    draw_theory(ax, results)
+    draw_published(ax, results, ref_dir)
+    draw_ours(ax, results, summary_rows(results, ref_dir))
+    draw_others(ax, sim, beside, ref_dir)
+    finish_axes(ax, title, [*results, *(r for _, o in beside for r in o)])
+    fig.tight_layout()
+    return fig
+
+
+def draw_theory(ax, results: list[dict]) -> None:  # noqa: ANN001 (matplotlib Axes)
+    """RTT*C/sqrt(N), RTT*C, and the congestion control's own rule where it has one."""
+    first = results[0]
+    bdp_bytes = first["nominal_rate_mbps"] * 1e6 / 8 * first["rtt_ms_for_theory"] / 1000
     xs = [1, 1000]
     grid = [10 ** (i / 20) for i in range(0, 61)]
     ax.plot(grid, [bdp_bytes / math.sqrt(n) for n in grid], "k-", lw=1.2, label="RTT*C/sqrt(N)")
@@ -315,6 +324,9 @@ def sweep_figure(
         ax.plot(grid, [rule.many_flows_factor * bdp_bytes / math.sqrt(n) for n in grid], "k:", lw=1.4,
                 label=rule.label())  # fmt: skip
 
+
+def draw_published(ax, results: list[dict], ref_dir: Path) -> None:  # noqa: ANN001 (matplotlib Axes)
+    """The hardware runs and the 2012 emulation's, where the sweep's link is theirs (else a note)."""
     hw, old = published_runs(results, ref_dir)
     if hw:
         hx = [n for n in hw for _ in hw[n]]
@@ -332,6 +344,10 @@ def sweep_figure(
         ax.plot(on, [statistics.median(old[n]) for n in on], "^--", color="tab:orange", ms=5, lw=1,
                 label="Mininet-HiFi 2012 (98% target, BIC)")  # fmt: skip
 
+
+def draw_ours(ax, results: list[dict], rows: list[dict]) -> None:  # noqa: ANN001 (matplotlib Axes)
+    """This sweep's runs (flagged ones ringed) and its median line."""
+    first = results[0]
     ok = [r for r in results if r["valid"]]
     bad = [r for r in results if not r["valid"]]
     ax.scatter(
@@ -362,6 +378,10 @@ def sweep_figure(
         lw=2,
         label=f"this testbed: median ({percent(first['target'])} target, {rows[0]['cc']})",
     )
+
+
+def draw_others(ax, sim: list[dict] | None, beside: Sequence[tuple[str, list[dict]]], ref_dir: Path) -> None:  # noqa: ANN001
+    """The twin's runs and median (--with-sim), and each --beside sweep's."""
     if sim:
         med = sim_medians(sim)
         ns = sorted(med)
@@ -376,9 +396,13 @@ def sweep_figure(
                    color=color, alpha=0.45)  # fmt: skip
         ax.plot([r["flows"] for r in med], [r["median_bytes"] for r in med], f"{marker}--", color=color, ms=5,
                 lw=1.5, label=f"this testbed, {label}: median")  # fmt: skip
+
+
+def finish_axes(ax, title: str, drawn: list[dict]) -> None:  # noqa: ANN001 (matplotlib Axes)
+    """Log axes down to the smallest answer drawn, packets on the right, the legend below."""
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_ylim(bottom=min(1000, *(r["buffer_bytes"] * 0.8 for r in [*results, *(r for _, o in beside for r in o)])))
+    ax.set_ylim(bottom=min(1000, *(r["buffer_bytes"] * 0.8 for r in drawn)))
     ax.secondary_yaxis("right", functions=(lambda b: b / FRAME_BYTES, lambda p: p * FRAME_BYTES)).set_ylabel(
         f"packets of {FRAME_BYTES} bytes"
     )
@@ -390,8 +414,6 @@ def sweep_figure(
     # Below the axes, not inside: small answers (BBR's 4 packets at N = 2-10) sit at the lower left,
     # where an inside legend hid them.
     ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
-    fig.tight_layout()
-    return fig
 
 
 def make_report(

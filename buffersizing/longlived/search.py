@@ -531,6 +531,21 @@ def write_samples_csv(path: Path, measurements: list[Measurement]) -> None:
                 w.writerow([i, m.buffer_packets, m.t_start, m.settle_s, j, m.sample_s, r, u, x])
 
 
+def add_machine_fields(fields: dict, measurements: list[Measurement], target: float) -> tuple[dict, float | None]:
+    """The line's time lost and the CPU's idle share over the search's measurements, added to
+    `fields`; returns the flag they decide (line_kept_time: None where the line was not used) and
+    the least idle share, unrounded, for the experiment's own CPU check."""
+    idles = [m.cpu["idle"] for m in measurements]
+    line = line_time(measurements, target)
+    fields["line_time_lost"] = line
+    fields["cpu"] = {
+        "min_idle_share": round(min(idles), 3) if idles else None,
+        "per_measurement": [m.cpu for m in measurements],
+    }
+    kept = line["median_share_lost"] <= line["limit"] if line else None
+    return {"line_kept_time": kept}, (min(idles) if idles else None)
+
+
 def run_search(
     cfg: DumbbellConfig,
     backend: str,
@@ -590,21 +605,11 @@ def run_search(
         for m, span in zip(prober.measurements, prober.windows, strict=True):
             if span is not None:
                 m.queue = queue_stats(ex.recording.queue, *span)
-    idles = [m.cpu["idle"] for m in prober.measurements]
-    cpu_idle_min = min(idles) if idles else None
-    line = line_time(prober.measurements, opts.target)
-    own_flags = {
-        "converged": res.converged,
-        "answer_below_search_top": answer < top,
-        "line_kept_time": line["median_share_lost"] <= line["limit"] if line else None,
-    }
     fields = answer_fields(res, opts, th, cal_packets, top, first, loss_summary(prober, answer), cal_rates,
                            prober.measurements)  # fmt: skip
-    fields["line_time_lost"] = line
-    fields["cpu"] = {
-        "min_idle_share": round(cpu_idle_min, 3) if cpu_idle_min is not None else None,
-        "per_measurement": [m.cpu for m in prober.measurements],
-    }
+    own_flags = {"converged": res.converged, "answer_below_search_top": answer < top}
+    line_flag, cpu_idle_min = add_machine_fields(fields, prober.measurements, opts.target)
+    own_flags |= line_flag
     result = ex.finish(
         fields,
         own_flags,

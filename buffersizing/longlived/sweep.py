@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bufsize.longlived.dynamics import estimate_search_seconds
-from bufsize.longlived.presets import preset
+from bufsize.longlived.presets import DEFAULT_PRESET, preset
 from bufsize.longlived.search import FirstGuess, SearchOptions, default_samples, run_search
 from bufsize.monitors.cpu import SAMPLE_STEAL_LIMIT
 from bufsize.scaffold.lists import parse_flow_list
@@ -126,32 +126,39 @@ LINK_DEFAULTS = {"shaper": "auto", "burst_bytes": None, "delay_backend": "auto",
                  "loss_recovery": "linux"}  # fmt: skip
 
 
+def search_rule(pre: dict, given: dict) -> dict:
+    """The search options of a preset (`pre`, {} for none) with the command line's over them (None: not
+    given). A search and a sweep's points resolve their rule here, on either link."""
+    opts = SEARCH_DEFAULTS | {k: v for k, v in given.items() if v is not None}
+    for key in ("target", "samples", "resolution", "max_samples", "sample_length", "precision"):
+        if given.get(key) is None and pre.get(key) is not None:  # fig11's 98 %, a preset's rule, ...
+            opts[key] = pre[key]
+    if opts["precision"]:
+        # The precision rule replaces a preset's sequential test, and was tuned with 3 samples a probe.
+        if given.get("max_samples") is None:
+            opts["max_samples"] = 0
+        if given.get("samples") is None:
+            opts["samples"] = default_samples(opts["precision"])
+    return opts
+
+
 def make_spec(preset_name: str | None, flows: list[int] | None, overrides: dict, search: dict) -> SweepSpec:
-    """A sweep from a preset (or none), the command line's overrides (None: not given) and search options."""
-    pre = preset(preset_name) if preset_name else {}
+    """A sweep from a preset (or none), the command line's overrides (None: not given) and search options.
+    Without a named preset, the published figures' method (DEFAULT_PRESET) over the given --flows,
+    one run each unless --runs says."""
+    named = preset_name is not None
+    if flows is None and not named:
+        raise UsageError("give --flows (for example 2,10,50,200,800) or a --preset")
+    pre = preset(preset_name if named else DEFAULT_PRESET)
 
     def pick(key: str, default: object) -> object:
         given = overrides.get(key)
         return given if given is not None else pre.get(key, default)
 
-    flows = flows if flows is not None else pre.get("flows")
-    if flows is None:
-        raise UsageError("give --flows (for example 2,10,50,200,800) or a --preset")
-    search_opts = SEARCH_DEFAULTS | {k: v for k, v in search.items() if v is not None}
-    if search.get("target") is None and "target" in pre:  # fig11's 98 %, unless --target says
-        search_opts["target"] = pre["target"]
-    search_opts |= {k: pick(k, SEARCH_DEFAULTS[k]) for k in ("samples", "resolution", "max_samples", "sample_length")}
-    if search.get("precision") is None and pre.get("precision"):  # a preset's rule, unless --precision says
-        search_opts["precision"] = pre["precision"]
-    if search_opts["precision"]:
-        # The precision rule replaces a preset's sequential test, and was tuned with 3 samples a probe.
-        if overrides.get("max_samples") is None:
-            search_opts["max_samples"] = 0
-        if overrides.get("samples") is None:
-            search_opts["samples"] = default_samples(search_opts["precision"])
+    rule = ("samples", "resolution", "max_samples", "sample_length")
     spec = SweepSpec(
-        flows=flows,
-        runs=pick("runs", 1),
+        flows=flows if flows is not None else pre["flows"],
+        runs=pick("runs", 1) if named or overrides.get("runs") is not None else 1,
         max_hosts=pick("max_hosts", 400),
         rate_mbps=pick("rate_mbps", 62.5),
         rtt_ms=pick("rtt_ms", "87"),
@@ -162,8 +169,8 @@ def make_spec(preset_name: str | None, flows: list[int] | None, overrides: dict,
         pacer=overrides.get("pacer", "on" if PACER_DEFAULT else "off") == "on",
         delayed_ack=overrides.get("delayed_ack", "on") != "off",
         sender_pacing=overrides.get("sender_pacing") == "on",
-        search=search_opts,
-        preset=preset_name,
+        search=search_rule(pre, search | {k: overrides.get(k) for k in rule}),
+        preset=preset_name if named else DEFAULT_PRESET,
     )
     spec.validate()
     return spec
@@ -177,18 +184,14 @@ def pinned_shaper(shaper: str, delay_backend: str) -> str:
     return "line" if shaper == "auto" else shaper
 
 
-def spec_from_args(a: argparse.Namespace) -> SweepSpec:
-    """The sweep the options of options.add_sweep_args describe (bufsize sweep and bufsize remote)."""
-    flows = parse_flow_list(a.flows) if a.flows is not None else None
+def spec_from_args(a: argparse.Namespace, flows: list[int] | None = None) -> SweepSpec:
+    """The sweep the options of options.add_sweep_args describe (bufsize sweep and bufsize remote), or,
+    with `flows`, the one point a search runs (bufsize search: its --hosts is the sweep's most hosts)."""
+    if flows is None and a.flows is not None:
+        flows = parse_flow_list(a.flows)
     keys = ("runs", "rate_mbps", "rtt_ms", "cc", "shaper", "burst_bytes", "delay_backend", "access_mbps", "pacer")
-    keys += ("loss_recovery", "delayed_ack", "sender_pacing")
-    overrides = {k: getattr(a, k) for k in keys} | {
-        "max_hosts": a.hosts,
-        "samples": a.samples,
-        "resolution": a.resolution,
-        "max_samples": a.max_samples,
-        "sample_length": a.sample_length,
-    }
+    keys += ("loss_recovery", "delayed_ack", "sender_pacing", "samples", "resolution", "max_samples", "sample_length")
+    overrides = {k: getattr(a, k, None) for k in keys} | {"max_hosts": a.hosts}
     search = {"target": a.target, "relative_to": a.relative_to, "settle_s": a.settle_s, "sample_s": a.sample_s,
               "alpha": a.alpha, "precision": a.precision, "level": a.level,
               "max_buffer_packets": a.max_buffer_packets, "first_guess": not a.no_first_guess,

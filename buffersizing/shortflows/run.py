@@ -40,6 +40,7 @@ from bufsize.shortflows.stats import (
 from bufsize.theory import model
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
+from bufsize.topologies.counters import InterfaceCounters
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.safefiles import atomic_text
 from bufsize.topologies.units import check_buffer_bytes, check_number, packets_to_bytes
@@ -160,6 +161,9 @@ def run_shortflows(
     out: Path | None = None,
     log: Say | None = None,
 ) -> dict:
+    """One short-flow experiment at one buffer: long flows (if any), the short flows' warm-up and
+    window, the ladder (if any), then the result. One function because every step runs inside one
+    `with ex:` block on the same live dumbbell, generator and counters; its parts are the helpers below."""
     opts.validate()
     check_buffer_bytes(buffer_bytes)
     w = opts.workload
@@ -185,13 +189,7 @@ def run_shortflows(
         if opts.initcwnd is not None:
             net.set_initcwnd(opts.initcwnd)
         if opts.long_flows:
-            ex.start_flows(opts.long_flows, opts.tool)
-            warm = opts.long_warmup_s
-            if warm is None:
-                warm = max(
-                    MIN_WARMUP_S, auto_timing(cfg.cc, opts.long_flows, cfg.rate_mbps, rtt, buffer_bytes).warmup_s
-                )
-            ex.warm_up(warm, "(long flows)")
+            start_long_flows(ex, cfg, opts, rtt, buffer_bytes)
         port = net.state.ports().stop - 1
         if not opts.long_flows:  # the cwnd trace follows the short flows (how many are in CA)
             ex.start_recorder(range(port, port + 1))
@@ -202,10 +200,7 @@ def run_shortflows(
         say(f"  short flows started: {sf.arrival_rate_per_s:.1f} arrivals/s open loop, {w.users} users{capped}")
         with net.bottleneck.counters() as counters:
             ex.sleep(opts.warmup_s)
-            before = {"c": counters.read(), "drops": net.bottleneck.leaf_drops()}
-            before["line"] = net.delayline.stats() if net.delayline else {}
-            if ex.flows is not None:
-                before["acked"] = ex.flows.bytes_acked()
+            before = snapshot(ex, counters)
             ex.trace_fidelity(opts.fidelity_s)
             t_end = t0 + w.duration_s if w.duration_s is not None else t0 + WAIT_LIMIT_S
             if opts.ladder_packets:
@@ -216,17 +211,8 @@ def run_shortflows(
                 if time.monotonic() - last_note >= 30:
                     last_note = time.monotonic()
                     say(f"  {time.monotonic() - t0:.0f} s of short flows")
-            after = {"c": counters.read(), "drops": net.bottleneck.leaf_drops()}
-            after["line"] = net.delayline.stats() if net.delayline else {}
-            if ex.flows is not None:
-                after["acked"] = ex.flows.bytes_acked()
-            for b in opts.ladder_packets:
-                net.set_buffer(packets_to_bytes(b))
-                ex.sleep(opts.ladder_settle_s)
-                c0, d0 = counters.read(), net.bottleneck.leaf_drops()
-                ex.sleep(opts.ladder_window_s)
-                steps.append((b, c0, d0, counters.read(), net.bottleneck.leaf_drops()))
-                say(f"  ladder: {b} packets measured")
+            after = snapshot(ex, counters)
+            steps = run_ladder(ex, counters, opts)
         # Transfers count from the planned start of the window (with no warm-up, from the first one);
         # rates and drops from the counters' own read times.
         window = (t0 + opts.warmup_s, after["c"].t)
@@ -255,6 +241,44 @@ def run_shortflows(
         except Exception as e:  # noqa: BLE001 - plots are a convenience; the data are written
             say(f"  short-flow plots not drawn: {type(e).__name__}: {e}")
     return result
+
+
+def start_long_flows(
+    ex: Experiment, cfg: DumbbellConfig, opts: ShortFlowOptions, rtt: float, buffer_bytes: int
+) -> None:
+    """The long flows beside the short ones, warmed up for one congestion cycle unless told."""
+    assert opts.long_flows
+    ex.start_flows(opts.long_flows, opts.tool)
+    warm = opts.long_warmup_s
+    if warm is None:
+        warm = max(MIN_WARMUP_S, auto_timing(cfg.cc, opts.long_flows, cfg.rate_mbps, rtt, buffer_bytes).warmup_s)
+    ex.warm_up(warm, "(long flows)")
+
+
+def snapshot(ex: Experiment, counters: InterfaceCounters) -> dict:
+    """The bottleneck's counters and drops, the line's stats and the long flows' acked bytes, now."""
+    net = ex.net
+    assert net is not None
+    taken = {"c": counters.read(), "drops": net.bottleneck.leaf_drops()}
+    taken["line"] = net.delayline.stats() if net.delayline else {}
+    if ex.flows is not None:
+        taken["acked"] = ex.flows.bytes_acked()
+    return taken
+
+
+def run_ladder(ex: Experiment, counters: InterfaceCounters, opts: ShortFlowOptions) -> list[tuple]:
+    """Each ladder step: the buffer set in place, a settle, then a measured window (Fig 12)."""
+    net = ex.net
+    assert net is not None
+    steps = []
+    for b in opts.ladder_packets:
+        net.set_buffer(packets_to_bytes(b))
+        ex.sleep(opts.ladder_settle_s)
+        c0, d0 = counters.read(), net.bottleneck.leaf_drops()
+        ex.sleep(opts.ladder_window_s)
+        steps.append((b, c0, d0, counters.read(), net.bottleneck.leaf_drops()))
+        ex.say(f"  ladder: {b} packets measured")
+    return steps
 
 
 def line_kept_time(lost: dict | None, seconds: float) -> bool | None:

@@ -35,6 +35,7 @@
 
 #include "dumbbell_routing.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <deque>
@@ -192,6 +193,52 @@ double Number(const std::string& flag, const std::string& text, double lo, doubl
     return v;
 }
 
+// Every option: how its value is read into Options (a number is refused outside its range).
+using SetOption = std::function<void(Options&, const std::string& flag, const std::string& value)>;
+
+SetOption Whole(uint32_t Options::*field, double lo, double hi)
+{
+    return [=](Options& o, const std::string& f, const std::string& v) { o.*field = Number(f, v, lo, hi); };
+}
+
+SetOption Real(double Options::*field, double lo, double hi)
+{
+    return [=](Options& o, const std::string& f, const std::string& v) { o.*field = Number(f, v, lo, hi); };
+}
+
+SetOption OneOf(std::string Options::*field, std::vector<std::string> allowed, std::string what)
+{
+    return [=](Options& o, const std::string& f, const std::string& v) {
+        if (std::find(allowed.begin(), allowed.end(), v) == allowed.end())
+            Usage(f + " " + v + ": " + what);
+        o.*field = v;
+    };
+}
+
+const std::map<std::string, SetOption> kOptions{
+    {"--flows", Whole(&Options::flows, 0, 100000)},
+    {"--hosts", Whole(&Options::hosts, 1, 10000)},
+    {"--rate-mbps", Real(&Options::rateMbps, 0.01, 1e6)},
+    {"--access-mbps", Real(&Options::accessMbps, 0.01, 1e6)},
+    {"--buffer-packets", Whole(&Options::bufferPackets, 1, 1e8)},
+    {"--seed", Whole(&Options::seed, 1, 4e9)},
+    {"--start-spread-s", Real(&Options::startSpreadS, 0, 100)},
+    {"--iw", Whole(&Options::iw, 1, 1000)},
+    {"--delack", Whole(&Options::delack, 1, 2)},
+    {"--pacing", Whole(&Options::pacing, 0, 1)},
+    {"--fast-paths", Whole(&Options::fastPaths, 0, 1)},
+    {"--rto", OneOf(&Options::rto, {"linux", "ns2"}, "linux or ns2")},
+    {"--cc", OneOf(&Options::cc, {"reno", "cubic", "bbr"}, "the twin has reno, cubic and bbr")},
+    {"--rtt-ms",
+     [](Options& o, const std::string& f, const std::string& v) {
+         o.rttMs.clear();
+         std::stringstream ss(v);
+         std::string part;
+         while (std::getline(ss, part, ','))
+             o.rttMs.push_back(Number(f, part, 0, 1e5));
+     }},
+};
+
 Options Parse(int argc, char** argv)
 {
     Options o;
@@ -199,54 +246,11 @@ Options Parse(int argc, char** argv)
     {
         std::string flag = argv[i];
         if (i + 1 >= argc)
-        {
             Usage(flag + " needs a value");
-        }
-        std::string v = argv[i + 1];
-        if (flag == "--flows")
-            o.flows = Number(flag, v, 0, 100000);
-        else if (flag == "--hosts")
-            o.hosts = Number(flag, v, 1, 10000);
-        else if (flag == "--rate-mbps")
-            o.rateMbps = Number(flag, v, 0.01, 1e6);
-        else if (flag == "--access-mbps")
-            o.accessMbps = Number(flag, v, 0.01, 1e6);
-        else if (flag == "--buffer-packets")
-            o.bufferPackets = Number(flag, v, 1, 1e8);
-        else if (flag == "--seed")
-            o.seed = Number(flag, v, 1, 4e9);
-        else if (flag == "--start-spread-s")
-            o.startSpreadS = Number(flag, v, 0, 100);
-        else if (flag == "--iw")
-            o.iw = Number(flag, v, 1, 1000);
-        else if (flag == "--delack")
-            o.delack = Number(flag, v, 1, 2);
-        else if (flag == "--pacing")
-            o.pacing = Number(flag, v, 0, 1);
-        else if (flag == "--fast-paths")
-            o.fastPaths = Number(flag, v, 0, 1);
-        else if (flag == "--rto")
-        {
-            if (v != "linux" && v != "ns2")
-                Usage("--rto " + v + ": linux or ns2");
-            o.rto = v;
-        }
-        else if (flag == "--cc")
-        {
-            if (v != "reno" && v != "cubic" && v != "bbr")
-                Usage("--cc " + v + ": the twin has reno, cubic and bbr");
-            o.cc = v;
-        }
-        else if (flag == "--rtt-ms")
-        {
-            o.rttMs.clear();
-            std::stringstream ss(v);
-            std::string part;
-            while (std::getline(ss, part, ','))
-                o.rttMs.push_back(Number(flag, part, 0, 1e5));
-        }
-        else
+        auto it = kOptions.find(flag);
+        if (it == kOptions.end())
             Usage("unknown option " + flag);
+        it->second(o, flag, argv[i + 1]);
     }
     if (o.flows > 0 && o.hosts > o.flows)
         Usage("more hosts than flows");
@@ -255,14 +259,9 @@ Options Parse(int argc, char** argv)
     return o;
 }
 
-} // namespace
-
-int main(int argc, char** argv)
+// TCP as close to Linux as ns-3 allows (the header comment lists what and why).
+void SetTcpDefaults(const Options& o)
 {
-    Options o = Parse(argc, argv);
-    RngSeedManager::SetSeed(o.seed);
-    RngSeedManager::SetRun(1);
-
     const std::map<std::string, std::string> ccType{
         {"reno", "ns3::TcpLinuxReno"}, {"cubic", "ns3::TcpCubic"}, {"bbr", "ns3::TcpBbr"}};
     Config::SetDefault("ns3::TcpL4Protocol::SocketType", StringValue(ccType.at(o.cc)));
@@ -291,7 +290,95 @@ int main(int argc, char** argv)
     if (o.pacing == 1)
         Config::SetDefault("ns3::TcpSocketState::MaxPacingRate",
                            DataRateValue(DataRate(static_cast<uint64_t>(o.accessMbps * 1e6))));
+}
 
+// A connection as the receiver knows it: its sender's address and port, packed in one integer.
+uint64_t Endpoint(const Address& from)
+{
+    InetSocketAddress a = InetSocketAddress::ConvertFrom(from);
+    return (static_cast<uint64_t>(a.GetIpv4().Get()) << 16) | a.GetPort();
+}
+
+// The simulated dumbbell and what the commands on stdin do to it. The constructor builds it in a
+// fixed order (objects and random streams are numbered as they are made, so the order is part of
+// the simulation); the object stays where main made it, since the simulator's callbacks hold it.
+class Twin
+{
+  public:
+    explicit Twin(const Options& opts);
+    Twin(const Twin&) = delete;
+    Twin& operator=(const Twin&) = delete;
+    void Serve(std::istream& input);
+
+  private:
+    struct Transfer
+    {
+        uint32_t host;
+        uint64_t bytes;
+        double start;
+        double done = -1;
+        uint64_t received = 0;
+        int64_t user = -1;
+    };
+    struct User
+    {
+        uint32_t host;
+        double until;
+        std::deque<std::pair<double, uint64_t>> next; // (think seconds, bytes)
+    };
+    using Command = void (Twin::*)(std::istringstream&);
+    static const std::map<std::string, Command> kCommands;
+
+    void BuildDumbbell();
+    void AddFastPaths();
+    void CountBottleneck();
+    void AddSinks();
+    void StartLongFlows();
+    void WatchRecovery(Ptr<Application> a);
+    void StartTransfer(uint32_t host, uint64_t bytes, int64_t user);
+    void UserNext(size_t u);
+    void OnShortData(Ptr<const Packet> p, const Address& from);
+
+    void Buffer(std::istringstream& in);
+    void Run(std::istringstream& in);
+    void Arrivals(std::istringstream& in);
+    void AddTransfer(std::istringstream& in);
+    void AddUser(std::istringstream& in);
+    void Transfers(std::istringstream& in);
+    void Status(std::istringstream& in);
+
+    static constexpr uint16_t kLongPort = 5001;
+    static constexpr uint16_t kShortPort = 5002;
+    Options o;
+    NodeContainer senders;
+    Ptr<Node> router, receiver;
+    std::vector<uint32_t> hostIp; // each sender's address, as the receiver sees it
+    std::vector<NetDeviceContainer> accessDevices;
+    NetDeviceContainer bd;
+    Ipv4InterfaceContainer bi;
+    Ptr<BszFifo> fifo;
+    Ptr<PointToPointNetDevice> port;
+    uint64_t txBytes = 0, txPackets = 0;
+    std::unordered_set<uint64_t> upFlows;
+    std::vector<Transfer> transfers;
+    std::vector<User> users;
+    std::unordered_map<uint64_t, size_t> transferAt; // endpoint -> index in transfers
+    TcpCounts tcp;
+};
+
+// The commands on stdin, one a line (the header comment says what each does).
+const std::map<std::string, Twin::Command> Twin::kCommands{
+    {"buffer", &Twin::Buffer},       {"run", &Twin::Run},           {"arrivals", &Twin::Arrivals},
+    {"transfer", &Twin::AddTransfer}, {"user", &Twin::AddUser},      {"transfers", &Twin::Transfers},
+    {"status", &Twin::Status},
+};
+
+Twin::Twin(const Options& opts)
+    : o(opts)
+{
+    RngSeedManager::SetSeed(o.seed);
+    RngSeedManager::SetRun(1);
+    SetTcpDefaults(o);
     // Fast paths (--fast-paths 1, the default): the same simulation, event for event, in less time
     // at scale; tests/test_sim_twin.py runs both ways and compares every line. Each replaces a
     // per-packet walk over every host or flow: the router's check that a packet is not its own
@@ -301,10 +388,20 @@ int main(int argc, char** argv)
     // (demux_cache.cc).
     BszSetDemuxCache(o.fastPaths == 1);
     Config::SetDefault("ns3::Ipv4::StrongEndSystemModel", BooleanValue(o.fastPaths == 1));
-    NodeContainer senders;
+    BuildDumbbell();
+    if (o.fastPaths == 1)
+        AddFastPaths();
+    Ipv4GlobalRoutingHelper::PopulateRoutingTables();
+    CountBottleneck();
+    AddSinks();
+    StartLongFlows();
+}
+
+void Twin::BuildDumbbell()
+{
     senders.Create(o.hosts);
-    Ptr<Node> router = CreateObject<Node>();
-    Ptr<Node> receiver = CreateObject<Node>();
+    router = CreateObject<Node>();
+    receiver = CreateObject<Node>();
     InternetStackHelper stack;
     stack.Install(senders);
     stack.Install(router);
@@ -316,8 +413,6 @@ int main(int argc, char** argv)
     access.SetDeviceAttribute("DataRate", DataRateValue(DataRate(o.accessMbps * 1e6)));
     // A host's own queue toward the router: large, like a host qdisc, so no loss happens there.
     access.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", QueueSizeValue(QueueSize("10000p")));
-    std::vector<uint32_t> hostIp; // each sender's address, as the receiver sees it
-    std::vector<NetDeviceContainer> accessDevices;
     for (uint32_t h = 0; h < o.hosts; h++)
     {
         double rtt = o.rttMs.size() == 1 ? o.rttMs[0] : o.rttMs[h];
@@ -335,179 +430,165 @@ int main(int argc, char** argv)
     bottleneck.SetDeviceAttribute("DataRate",
                                   DataRateValue(DataRate(o.rateMbps * 1e6 * (1500.0 + kPpp) / (1500.0 + kEth))));
     bottleneck.SetChannelAttribute("Delay", TimeValue(Seconds(0)));
-    NetDeviceContainer bd = bottleneck.Install(router, receiver);
-    Ipv4InterfaceContainer bi = addr.Assign(bd);
+    bd = bottleneck.Install(router, receiver);
+    bi = addr.Assign(bd);
     // The FIFO is the bottleneck's only queue: no queueing discipline in front of the device.
     TrafficControlHelper().Uninstall(bd.Get(0));
-    Ptr<BszFifo> fifo = CreateObject<BszFifo>();
+    fifo = CreateObject<BszFifo>();
     fifo->limit = o.bufferPackets;
-    Ptr<PointToPointNetDevice> port = DynamicCast<PointToPointNetDevice>(bd.Get(0));
+    port = DynamicCast<PointToPointNetDevice>(bd.Get(0));
     port->SetQueue(fifo);
-    if (o.fastPaths == 1)
-    {
-        // Every node asks the dumbbell's table first (priority above static routing's 0).
-        auto tableOf = [](Ptr<Node> n) {
-            Ptr<Ipv4> ip = n->GetObject<Ipv4>();
-            Ptr<bsz::DumbbellRouting> t = CreateObject<bsz::DumbbellRouting>();
-            DynamicCast<Ipv4ListRouting>(ip->GetRoutingProtocol())->AddRoutingProtocol(t, 10);
-            return t;
-        };
-        auto ifOf = [](Ptr<NetDevice> d) {
-            return static_cast<uint32_t>(d->GetNode()->GetObject<Ipv4>()->GetInterfaceForDevice(d));
-        };
-        auto ipOf = [](Ptr<NetDevice> d) {
-            return d->GetNode()->GetObject<Ipv4>()->GetAddress(
-                static_cast<uint32_t>(d->GetNode()->GetObject<Ipv4>()->GetInterfaceForDevice(d)), 0).GetLocal();
-        };
-        Ptr<bsz::DumbbellRouting> atRouter = tableOf(router);
-        Ptr<bsz::DumbbellRouting> atReceiver = tableOf(receiver);
-        for (uint32_t h = 0; h < o.hosts; h++)
-        {
-            Ptr<NetDevice> hostSide = accessDevices[h].Get(0), routerSide = accessDevices[h].Get(1);
-            tableOf(senders.Get(h))->Add(bi.GetAddress(1), ifOf(hostSide), ipOf(routerSide));
-            atRouter->Add(Ipv4Address(hostIp[h]), ifOf(routerSide), Ipv4Address(hostIp[h]));
-            atReceiver->Add(Ipv4Address(hostIp[h]), ifOf(bd.Get(1)), bi.GetAddress(0));
-        }
-        atRouter->Add(bi.GetAddress(1), ifOf(bd.Get(0)), bi.GetAddress(1));
-    }
-    Ipv4GlobalRoutingHelper::PopulateRoutingTables();
+}
 
-    uint64_t txBytes = 0, txPackets = 0;
-    port->TraceConnectWithoutContext("PhyTxEnd", Callback<void, Ptr<const Packet>>([&](Ptr<const Packet> p) {
+void Twin::AddFastPaths()
+{
+    // Every node asks the dumbbell's table first (priority above static routing's 0).
+    auto tableOf = [](Ptr<Node> n) {
+        Ptr<Ipv4> ip = n->GetObject<Ipv4>();
+        Ptr<bsz::DumbbellRouting> t = CreateObject<bsz::DumbbellRouting>();
+        DynamicCast<Ipv4ListRouting>(ip->GetRoutingProtocol())->AddRoutingProtocol(t, 10);
+        return t;
+    };
+    auto ifOf = [](Ptr<NetDevice> d) {
+        return static_cast<uint32_t>(d->GetNode()->GetObject<Ipv4>()->GetInterfaceForDevice(d));
+    };
+    auto ipOf = [](Ptr<NetDevice> d) {
+        return d->GetNode()->GetObject<Ipv4>()->GetAddress(
+            static_cast<uint32_t>(d->GetNode()->GetObject<Ipv4>()->GetInterfaceForDevice(d)), 0).GetLocal();
+    };
+    Ptr<bsz::DumbbellRouting> atRouter = tableOf(router);
+    Ptr<bsz::DumbbellRouting> atReceiver = tableOf(receiver);
+    for (uint32_t h = 0; h < o.hosts; h++)
+    {
+        Ptr<NetDevice> hostSide = accessDevices[h].Get(0), routerSide = accessDevices[h].Get(1);
+        tableOf(senders.Get(h))->Add(bi.GetAddress(1), ifOf(hostSide), ipOf(routerSide));
+        atRouter->Add(Ipv4Address(hostIp[h]), ifOf(routerSide), Ipv4Address(hostIp[h]));
+        atReceiver->Add(Ipv4Address(hostIp[h]), ifOf(bd.Get(1)), bi.GetAddress(0));
+    }
+    atRouter->Add(bi.GetAddress(1), ifOf(bd.Get(0)), bi.GetAddress(1));
+}
+
+void Twin::CountBottleneck()
+{
+    port->TraceConnectWithoutContext("PhyTxEnd", Callback<void, Ptr<const Packet>>([this](Ptr<const Packet> p) {
                                          txBytes += p->GetSize() - kPpp + kEth;
                                          txPackets++;
                                      }));
+}
 
-    // One sink for the long flows; a flow counts as up once its first bytes arrive. A connection
-    // is known by its sender's address and port, packed in one integer (looked up per packet).
-    auto endpoint = [](const Address& from) {
-        InetSocketAddress a = InetSocketAddress::ConvertFrom(from);
-        return (static_cast<uint64_t>(a.GetIpv4().Get()) << 16) | a.GetPort();
-    };
-    const uint16_t port_ = 5001;
-    PacketSinkHelper sinkHelper("ns3::TcpSocketFactory", InetSocketAddress(Ipv4Address::GetAny(), port_));
+// One sink for the long flows, where a flow counts as up once its first bytes arrive, and one for
+// the short transfers, on their own port: a transfer is complete when the receiver has all its
+// bytes (the emulated generator's receiver times it the same way).
+void Twin::AddSinks()
+{
+    PacketSinkHelper sinkHelper("ns3::TcpSocketFactory", InetSocketAddress(Ipv4Address::GetAny(), kLongPort));
     ApplicationContainer sinkApp = sinkHelper.Install(receiver);
-    std::unordered_set<uint64_t> upFlows;
     Ptr<PacketSink> sink = DynamicCast<PacketSink>(sinkApp.Get(0));
     sink->TraceConnectWithoutContext(
         "RxWithAddresses",
         Callback<void, Ptr<const Packet>, const Address&, const Address&>(
-            [&](Ptr<const Packet>, const Address& from, const Address&) { upFlows.insert(endpoint(from)); }));
+            [this](Ptr<const Packet>, const Address& from, const Address&) { upFlows.insert(Endpoint(from)); }));
     sinkApp.Start(Seconds(0));
 
-    // Short transfers, on their own port. A transfer is complete when the receiver has all its
-    // bytes (the emulated generator's receiver times it the same way).
-    struct Transfer
-    {
-        uint32_t host;
-        uint64_t bytes;
-        double start;
-        double done = -1;
-        uint64_t received = 0;
-        int64_t user = -1;
-    };
-    struct User
-    {
-        uint32_t host;
-        double until;
-        std::deque<std::pair<double, uint64_t>> next; // (think seconds, bytes)
-    };
-    std::vector<Transfer> transfers;
-    std::vector<User> users;
-    std::unordered_map<uint64_t, size_t> transferAt; // endpoint -> index in transfers
-    const uint16_t shortPort = 5002;
-    const Ipv4Address receiverIp = bi.GetAddress(1);
-    std::function<void(size_t)> userNext;
-
-    auto startTransfer = [&](uint32_t host, uint64_t bytes, int64_t user) {
-        transfers.push_back(Transfer{host, bytes, Simulator::Now().GetSeconds()});
-        transfers.back().user = user;
-        size_t id = transfers.size() - 1;
-        Ptr<Socket> s = Socket::CreateSocket(senders.Get(host), TcpSocketFactory::GetTypeId());
-        s->Bind();
-        Address local;
-        s->GetSockName(local);
-        transferAt[(static_cast<uint64_t>(hostIp[host]) << 16) | InetSocketAddress::ConvertFrom(local).GetPort()] = id;
-        s->SetConnectCallback(Callback<void, Ptr<Socket>>([bytes](Ptr<Socket> sock) {
-                                  // The send buffer (64 MB) holds any transfer here at once; Close sends
-                                  // the FIN once it has gone.
-                                  sock->Send(Create<Packet>(bytes));
-                                  sock->Close();
-                              }),
-                              Callback<void, Ptr<Socket>>([](Ptr<Socket>) {})); // never done: reported as such
-        s->Connect(InetSocketAddress(receiverIp, shortPort));
-    };
-    userNext = [&](size_t u) {
-        User& x = users[u];
-        if (x.next.empty())
-            return;
-        auto [think, bytes] = x.next.front();
-        x.next.pop_front();
-        if (Simulator::Now().GetSeconds() + think > x.until)
-            return;
-        Simulator::Schedule(Seconds(think), [&, u, bytes]() { startTransfer(users[u].host, bytes, u); });
-    };
-    PacketSinkHelper shortSinkHelper("ns3::TcpSocketFactory", InetSocketAddress(Ipv4Address::GetAny(), shortPort));
+    PacketSinkHelper shortSinkHelper("ns3::TcpSocketFactory", InetSocketAddress(Ipv4Address::GetAny(), kShortPort));
     ApplicationContainer shortSinkApp = shortSinkHelper.Install(receiver);
     DynamicCast<PacketSink>(shortSinkApp.Get(0))
         ->TraceConnectWithoutContext(
             "RxWithAddresses",
             Callback<void, Ptr<const Packet>, const Address&, const Address&>(
-                [&](Ptr<const Packet> p, const Address& from, const Address&) {
-                    auto it = transferAt.find(endpoint(from));
-                    if (it == transferAt.end())
-                        return;
-                    Transfer& x = transfers[it->second];
-                    x.received += p->GetSize();
-                    if (x.done < 0 && x.received >= x.bytes)
-                    {
-                        x.done = Simulator::Now().GetSeconds();
-                        transferAt.erase(it);
-                        if (x.user >= 0)
-                            userNext(static_cast<size_t>(x.user));
-                    }
-                }));
+                [this](Ptr<const Packet> p, const Address& from, const Address&) { OnShortData(p, from); }));
     shortSinkApp.Start(Seconds(0));
+}
 
-    // The long flows' loss recovery, counted as the emulation reads Linux's counters
-    // (monitors/tcpstats.py): data segments sent (first time or again) and sent again, timeouts,
-    // fast recoveries.
-    // ns-3 traces a timeout only through its RTO, doubled at each expiry (a new RTT sample
-    // sets it afresh and never exactly doubles it), so a doubling counts one timeout, backoffs
-    // included as Linux counts them.
-    TcpCounts tcp;
-    auto watch = [&tcp](Ptr<Application> a) {
-        Ptr<Socket> s = DynamicCast<BulkSendApplication>(a)->GetSocket();
-        bool ok = s->TraceConnectWithoutContext(
-            "Tx", Callback<void, Ptr<const Packet>, const TcpHeader&, Ptr<const TcpSocketBase>>(
-                      [&tcp](Ptr<const Packet> p, const TcpHeader&, Ptr<const TcpSocketBase>) {
-                          if (p->GetSize() > 0)
-                              tcp.segs++;
-                      }));
-        ok &= s->TraceConnectWithoutContext(
-            "Retransmission",
-            Callback<void, Ptr<const Packet>, const TcpHeader&, const Address&, const Address&,
-                     Ptr<const TcpSocketBase>>(
-                [&tcp](Ptr<const Packet>, const TcpHeader&, const Address&, const Address&,
-                       Ptr<const TcpSocketBase>) { tcp.retrans++; }));
-        ok &= s->TraceConnectWithoutContext("RTO", Callback<void, Time, Time>([&tcp](Time before, Time after) {
-                                                if (after == before * 2)
-                                                    tcp.timeouts++;
-                                            }));
-        ok &= s->TraceConnectWithoutContext(
-            "CongState",
-            Callback<void, TcpSocketState::TcpCongState_t, TcpSocketState::TcpCongState_t>(
-                [&tcp](TcpSocketState::TcpCongState_t, TcpSocketState::TcpCongState_t now) {
-                    if (now == TcpSocketState::CA_RECOVERY)
-                        tcp.recoveries++;
-                }));
-        if (!ok)
-            std::cerr << "bsz-nssim: a TCP trace source is missing in this ns-3\n";
-    };
+void Twin::OnShortData(Ptr<const Packet> p, const Address& from)
+{
+    auto it = transferAt.find(Endpoint(from));
+    if (it == transferAt.end())
+        return;
+    Transfer& x = transfers[it->second];
+    x.received += p->GetSize();
+    if (x.done < 0 && x.received >= x.bytes)
+    {
+        x.done = Simulator::Now().GetSeconds();
+        transferAt.erase(it);
+        if (x.user >= 0)
+            UserNext(static_cast<size_t>(x.user));
+    }
+}
+
+void Twin::StartTransfer(uint32_t host, uint64_t bytes, int64_t user)
+{
+    transfers.push_back(Transfer{host, bytes, Simulator::Now().GetSeconds()});
+    transfers.back().user = user;
+    size_t id = transfers.size() - 1;
+    Ptr<Socket> s = Socket::CreateSocket(senders.Get(host), TcpSocketFactory::GetTypeId());
+    s->Bind();
+    Address local;
+    s->GetSockName(local);
+    transferAt[(static_cast<uint64_t>(hostIp[host]) << 16) | InetSocketAddress::ConvertFrom(local).GetPort()] = id;
+    s->SetConnectCallback(Callback<void, Ptr<Socket>>([bytes](Ptr<Socket> sock) {
+                              // The send buffer (64 MB) holds any transfer here at once; Close sends
+                              // the FIN once it has gone.
+                              sock->Send(Create<Packet>(bytes));
+                              sock->Close();
+                          }),
+                          Callback<void, Ptr<Socket>>([](Ptr<Socket>) {})); // never done: reported as such
+    s->Connect(InetSocketAddress(bi.GetAddress(1), kShortPort));
+}
+
+void Twin::UserNext(size_t u)
+{
+    User& x = users[u];
+    if (x.next.empty())
+        return;
+    auto [think, bytes] = x.next.front();
+    x.next.pop_front();
+    if (Simulator::Now().GetSeconds() + think > x.until)
+        return;
+    Simulator::Schedule(Seconds(think), [this, u, bytes]() { StartTransfer(users[u].host, bytes, u); });
+}
+
+// The long flows' loss recovery, counted as the emulation reads Linux's counters
+// (monitors/tcpstats.py): data segments sent (first time or again) and sent again, timeouts,
+// fast recoveries.
+// ns-3 traces a timeout only through its RTO, doubled at each expiry (a new RTT sample
+// sets it afresh and never exactly doubles it), so a doubling counts one timeout, backoffs
+// included as Linux counts them.
+void Twin::WatchRecovery(Ptr<Application> a)
+{
+    Ptr<Socket> s = DynamicCast<BulkSendApplication>(a)->GetSocket();
+    bool ok = s->TraceConnectWithoutContext(
+        "Tx", Callback<void, Ptr<const Packet>, const TcpHeader&, Ptr<const TcpSocketBase>>(
+                  [this](Ptr<const Packet> p, const TcpHeader&, Ptr<const TcpSocketBase>) {
+                      if (p->GetSize() > 0)
+                          tcp.segs++;
+                  }));
+    ok &= s->TraceConnectWithoutContext(
+        "Retransmission",
+        Callback<void, Ptr<const Packet>, const TcpHeader&, const Address&, const Address&, Ptr<const TcpSocketBase>>(
+            [this](Ptr<const Packet>, const TcpHeader&, const Address&, const Address&, Ptr<const TcpSocketBase>) {
+                tcp.retrans++;
+            }));
+    ok &= s->TraceConnectWithoutContext("RTO", Callback<void, Time, Time>([this](Time before, Time after) {
+                                            if (after == before * 2)
+                                                tcp.timeouts++;
+                                        }));
+    ok &= s->TraceConnectWithoutContext(
+        "CongState", Callback<void, TcpSocketState::TcpCongState_t, TcpSocketState::TcpCongState_t>(
+                         [this](TcpSocketState::TcpCongState_t, TcpSocketState::TcpCongState_t now) {
+                             if (now == TcpSocketState::CA_RECOVERY)
+                                 tcp.recoveries++;
+                         }));
+    if (!ok)
+        std::cerr << "bsz-nssim: a TCP trace source is missing in this ns-3\n";
+}
+
+void Twin::StartLongFlows()
+{
     Ptr<UniformRandomVariable> start = CreateObject<UniformRandomVariable>();
     for (uint32_t f = 0; f < o.flows; f++)
     {
-        BulkSendHelper bulk("ns3::TcpSocketFactory", InetSocketAddress(bi.GetAddress(1), port_));
+        BulkSendHelper bulk("ns3::TcpSocketFactory", InetSocketAddress(bi.GetAddress(1), kLongPort));
         bulk.SetAttribute("MaxBytes", UintegerValue(0));
         bulk.SetAttribute("SendSize", UintegerValue(64 * 1448));
         ApplicationContainer app = bulk.Install(senders.Get(f % o.hosts));
@@ -515,151 +596,168 @@ int main(int argc, char** argv)
         app.Start(at);
         // The application makes its socket when it starts: watch it just after.
         Ptr<Application> a = app.Get(0);
-        Simulator::Schedule(at + NanoSeconds(1), [watch, a]() { watch(a); });
+        Simulator::Schedule(at + NanoSeconds(1), [this, a]() { WatchRecovery(a); });
     }
+}
 
+void Twin::Serve(std::istream& input)
+{
     std::string line;
     std::cout << std::fixed;
     std::cout.precision(6);
     std::cout << "{\"ready\": true, \"flows\": " << o.flows << "}" << std::endl;
-    while (std::getline(std::cin, line))
+    while (std::getline(input, line))
     {
         std::istringstream in(line);
         std::string cmd;
         in >> cmd;
         if (cmd == "quit")
             break;
-        if (cmd == "buffer")
-        {
-            double b = -1;
-            in >> b;
-            if (!(b >= 1 && b <= 1e8))
-            {
-                std::cout << "{\"error\": \"buffer: a packet count >= 1\"}" << std::endl;
-                continue;
-            }
-            fifo->limit = static_cast<uint32_t>(b);
-            std::cout << "{\"buffer\": " << fifo->limit << "}" << std::endl;
-        }
-        else if (cmd == "run")
-        {
-            double t = -1;
-            in >> t;
-            if (!(t > 0 && t <= 1e5))
-            {
-                std::cout << "{\"error\": \"run: seconds > 0\"}" << std::endl;
-                continue;
-            }
-            uint64_t bytes0 = txBytes, packets0 = txPackets, drops0 = fifo->drops;
-            TcpCounts tcp0 = tcp;
-            double t0 = Simulator::Now().GetSeconds();
-            fifo->Take();
-            Simulator::Stop(Seconds(t));
-            Simulator::Run();
-            double t1 = Simulator::Now().GetSeconds();
-            BszFifo::Stats q = fifo->Take();
-            std::cout << "{\"t0\": " << t0 << ", \"t1\": " << t1 << ", \"bytes\": " << txBytes - bytes0
-                      << ", \"packets\": " << txPackets - packets0 << ", \"drops\": " << fifo->drops - drops0
-                      << ", \"flows_up\": " << upFlows.size() << ", \"queue_mean\": " << q.area / (t1 - t0)
-                      << ", \"queue_max\": " << q.maxLen << ", \"tcp\": {\"out_segs\": " << tcp.segs - tcp0.segs
-                      << ", \"retrans_segs\": " << tcp.retrans - tcp0.retrans
-                      << ", \"timeouts\": " << tcp.timeouts - tcp0.timeouts
-                      << ", \"recoveries\": " << tcp.recoveries - tcp0.recoveries << "}, \"drop_times\": [";
-            // One time per millisecond that saw a drop: enough for loss episodes (bins of 2 RTTs).
-            long lastMs = -1;
-            bool first = true;
-            for (double d : q.dropTimes)
-            {
-                long ms = static_cast<long>(d * 1000);
-                if (ms == lastMs)
-                    continue;
-                lastMs = ms;
-                std::cout << (first ? "" : ", ") << ms / 1000.0;
-                first = false;
-            }
-            std::cout << "]}" << std::endl;
-        }
-        else if (cmd == "arrivals")
-        {
-            // The arrival process at the bottleneck (what the emulation traces on the switch's
-            // port into the line): every packet offered, queued or dropped, over `seconds`.
-            double t = -1;
-            in >> t;
-            if (!(t > 0 && t <= 60))
-            {
-                std::cout << "{\"error\": \"arrivals: seconds from 0 to 60\"}" << std::endl;
-                continue;
-            }
-            double t0 = Simulator::Now().GetSeconds();
-            fifo->arrivals.clear();
-            fifo->recordArrivals = true;
-            Simulator::Stop(Seconds(t));
-            Simulator::Run();
-            fifo->recordArrivals = false;
-            std::cout << "{\"t0\": " << t0 << ", \"t1\": " << Simulator::Now().GetSeconds() << ", \"arrivals\": [";
-            for (size_t i = 0; i < fifo->arrivals.size(); i++)
-                std::cout << (i ? ", " : "") << fifo->arrivals[i];
-            std::cout << "]}" << std::endl;
-            fifo->arrivals.clear();
-        }
-        else if (cmd == "transfer")
-        {
-            double t = -1, host = -1, bytes = -1;
-            in >> t >> host >> bytes;
-            if (in.fail() || !(t >= Simulator::Now().GetSeconds() && host >= 0 && host < o.hosts && bytes >= 1))
-            {
-                std::cout << "{\"error\": \"transfer: a time not past, a host index and a byte count >= 1\"}"
-                          << std::endl;
-                continue;
-            }
-            uint32_t h = static_cast<uint32_t>(host);
-            uint64_t b = static_cast<uint64_t>(bytes);
-            Simulator::Schedule(Seconds(t) - Simulator::Now(), [&, h, b]() { startTransfer(h, b, -1); });
-            std::cout << "{\"transfer\": " << t << "}" << std::endl;
-        }
-        else if (cmd == "user")
-        {
-            double host = -1, until = -1, think = -1, bytes = -1;
-            in >> host >> until;
-            User u{0, until, {}};
-            bool ok = !in.fail() && host >= 0 && host < o.hosts && until >= 0;
-            while (ok && in >> think >> bytes)
-            {
-                ok = think >= 0 && bytes >= 1;
-                u.next.emplace_back(think, static_cast<uint64_t>(bytes));
-            }
-            if (!ok || u.next.empty())
-            {
-                std::cout << "{\"error\": \"user: a host index, an end time and (think seconds, bytes) pairs\"}"
-                          << std::endl;
-                continue;
-            }
-            u.host = static_cast<uint32_t>(host);
-            users.push_back(std::move(u));
-            userNext(users.size() - 1);
-            std::cout << "{\"user\": " << users.size() - 1 << "}" << std::endl;
-        }
-        else if (cmd == "transfers")
-        {
-            std::cout << "{\"transfers\": [";
-            for (size_t i = 0; i < transfers.size(); i++)
-            {
-                const Transfer& x = transfers[i];
-                std::cout << (i ? ", " : "") << "[" << x.host << ", " << x.bytes << ", " << x.start << ", " << x.done
-                          << "]";
-            }
-            std::cout << "]}" << std::endl;
-        }
-        else if (cmd == "status")
-        {
-            std::cout << "{\"t\": " << Simulator::Now().GetSeconds() << ", \"flows_up\": " << upFlows.size() << "}"
-                      << std::endl;
-        }
-        else
-        {
+        auto it = kCommands.find(cmd);
+        if (it == kCommands.end())
             std::cout << "{\"error\": \"unknown command\"}" << std::endl;
-        }
+        else
+            (this->*(it->second))(in);
     }
+}
+
+void Twin::Buffer(std::istringstream& in)
+{
+    double b = -1;
+    in >> b;
+    if (!(b >= 1 && b <= 1e8))
+    {
+        std::cout << "{\"error\": \"buffer: a packet count >= 1\"}" << std::endl;
+        return;
+    }
+    fifo->limit = static_cast<uint32_t>(b);
+    std::cout << "{\"buffer\": " << fifo->limit << "}" << std::endl;
+}
+
+void Twin::Run(std::istringstream& in)
+{
+    double t = -1;
+    in >> t;
+    if (!(t > 0 && t <= 1e5))
+    {
+        std::cout << "{\"error\": \"run: seconds > 0\"}" << std::endl;
+        return;
+    }
+    uint64_t bytes0 = txBytes, packets0 = txPackets, drops0 = fifo->drops;
+    TcpCounts tcp0 = tcp;
+    double t0 = Simulator::Now().GetSeconds();
+    fifo->Take();
+    Simulator::Stop(Seconds(t));
+    Simulator::Run();
+    double t1 = Simulator::Now().GetSeconds();
+    BszFifo::Stats q = fifo->Take();
+    std::cout << "{\"t0\": " << t0 << ", \"t1\": " << t1 << ", \"bytes\": " << txBytes - bytes0
+              << ", \"packets\": " << txPackets - packets0 << ", \"drops\": " << fifo->drops - drops0
+              << ", \"flows_up\": " << upFlows.size() << ", \"queue_mean\": " << q.area / (t1 - t0)
+              << ", \"queue_max\": " << q.maxLen << ", \"tcp\": {\"out_segs\": " << tcp.segs - tcp0.segs
+              << ", \"retrans_segs\": " << tcp.retrans - tcp0.retrans
+              << ", \"timeouts\": " << tcp.timeouts - tcp0.timeouts
+              << ", \"recoveries\": " << tcp.recoveries - tcp0.recoveries << "}, \"drop_times\": [";
+    // One time per millisecond that saw a drop: enough for loss episodes (bins of 2 RTTs).
+    long lastMs = -1;
+    bool first = true;
+    for (double d : q.dropTimes)
+    {
+        long ms = static_cast<long>(d * 1000);
+        if (ms == lastMs)
+            continue;
+        lastMs = ms;
+        std::cout << (first ? "" : ", ") << ms / 1000.0;
+        first = false;
+    }
+    std::cout << "]}" << std::endl;
+}
+
+// The arrival process at the bottleneck (what the emulation traces on the switch's port into the
+// line): every packet offered, queued or dropped, over `seconds`.
+void Twin::Arrivals(std::istringstream& in)
+{
+    double t = -1;
+    in >> t;
+    if (!(t > 0 && t <= 60))
+    {
+        std::cout << "{\"error\": \"arrivals: seconds from 0 to 60\"}" << std::endl;
+        return;
+    }
+    double t0 = Simulator::Now().GetSeconds();
+    fifo->arrivals.clear();
+    fifo->recordArrivals = true;
+    Simulator::Stop(Seconds(t));
+    Simulator::Run();
+    fifo->recordArrivals = false;
+    std::cout << "{\"t0\": " << t0 << ", \"t1\": " << Simulator::Now().GetSeconds() << ", \"arrivals\": [";
+    for (size_t i = 0; i < fifo->arrivals.size(); i++)
+        std::cout << (i ? ", " : "") << fifo->arrivals[i];
+    std::cout << "]}" << std::endl;
+    fifo->arrivals.clear();
+}
+
+void Twin::AddTransfer(std::istringstream& in)
+{
+    double t = -1, host = -1, bytes = -1;
+    in >> t >> host >> bytes;
+    if (in.fail() || !(t >= Simulator::Now().GetSeconds() && host >= 0 && host < o.hosts && bytes >= 1))
+    {
+        std::cout << "{\"error\": \"transfer: a time not past, a host index and a byte count >= 1\"}" << std::endl;
+        return;
+    }
+    uint32_t h = static_cast<uint32_t>(host);
+    uint64_t b = static_cast<uint64_t>(bytes);
+    Simulator::Schedule(Seconds(t) - Simulator::Now(), [this, h, b]() { StartTransfer(h, b, -1); });
+    std::cout << "{\"transfer\": " << t << "}" << std::endl;
+}
+
+void Twin::AddUser(std::istringstream& in)
+{
+    double host = -1, until = -1, think = -1, bytes = -1;
+    in >> host >> until;
+    User u{0, until, {}};
+    bool ok = !in.fail() && host >= 0 && host < o.hosts && until >= 0;
+    while (ok && in >> think >> bytes)
+    {
+        ok = think >= 0 && bytes >= 1;
+        u.next.emplace_back(think, static_cast<uint64_t>(bytes));
+    }
+    if (!ok || u.next.empty())
+    {
+        std::cout << "{\"error\": \"user: a host index, an end time and (think seconds, bytes) pairs\"}" << std::endl;
+        return;
+    }
+    u.host = static_cast<uint32_t>(host);
+    users.push_back(std::move(u));
+    UserNext(users.size() - 1);
+    std::cout << "{\"user\": " << users.size() - 1 << "}" << std::endl;
+}
+
+void Twin::Transfers(std::istringstream&)
+{
+    std::cout << "{\"transfers\": [";
+    for (size_t i = 0; i < transfers.size(); i++)
+    {
+        const Transfer& x = transfers[i];
+        std::cout << (i ? ", " : "") << "[" << x.host << ", " << x.bytes << ", " << x.start << ", " << x.done << "]";
+    }
+    std::cout << "]}" << std::endl;
+}
+
+void Twin::Status(std::istringstream&)
+{
+    std::cout << "{\"t\": " << Simulator::Now().GetSeconds() << ", \"flows_up\": " << upFlows.size() << "}"
+              << std::endl;
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    Options o = Parse(argc, argv);
+    Twin twin(o); // builds the dumbbell; the simulator's callbacks hold it until Destroy
+    twin.Serve(std::cin);
     Simulator::Destroy();
     return 0;
 }
