@@ -38,10 +38,18 @@ def _figure(plt, title: str):
     return fig, ax
 
 
-def _save(fig, path: Path, out: list[Path]) -> None:
+class Written(list):
+    """The figures written so far, and the directory they go to."""
+
+    def __init__(self, dest: Path) -> None:
+        super().__init__()
+        self.dest = dest
+
+
+def _save(fig, name: str, out: Written) -> None:
     fig.tight_layout()
-    save_figure(fig, path, dpi=110)
-    out.append(path)
+    save_figure(fig, out.dest / name, dpi=110)
+    out.append(out.dest / name)
 
 
 def hist_limit(rows: list[dict[str, str]], prefer_bytes: float | None) -> float | None:
@@ -54,10 +62,12 @@ def hist_limit(rows: list[dict[str, str]], prefer_bytes: float | None) -> float 
     return float(counts.most_common(1)[0][0])
 
 
-def plot_run(d: Path, title: str | None = None, fidelity_2012: Path | None = None) -> list[Path]:
-    """The monitors' figures of one run directory, each from its own CSV (a missing CSV, no figure);
-    `fidelity_2012`, the published emulator's gap distribution (a TSV of the project's reference
-    data), is drawn beside this run's where given."""
+def plot_run(
+    d: Path, title: str | None = None, fidelity_2012: Path | None = None, dest: Path | None = None
+) -> list[Path]:
+    """The monitors' figures of one run directory, each from its own CSV (a missing CSV, no figure),
+    written into `dest` (default: the run directory); `fidelity_2012`, the published emulator's gap
+    distribution (a TSV of the project's reference data), is drawn beside this run's where given."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -66,16 +76,16 @@ def plot_run(d: Path, title: str | None = None, fidelity_2012: Path | None = Non
     result = json.loads((d / "result.json").read_text()) if (d / "result.json").exists() else {}
     nominal = result.get("nominal_rate_mbps") or result.get("config", {}).get("rate_mbps")
     head = title or f"{d.name}: {result.get('flows', '?')} flows, {result.get('cc', '')}"
-    out: list[Path] = []
+    out = Written(dest or d)
     _rate_figure(plt, d, head, out, nominal)
     _queue_figure(plt, d, head, out)
     _cwnd_figures(plt, d, head, out, result.get("bdp_packets"), result.get("buffer_bytes"))
     _cpu_figure(plt, d, head, out)
     _fidelity_figure(plt, d, head, out, fidelity_2012)
-    return out
+    return list(out)
 
 
-def _rate_figure(plt, d: Path, head: str, out: list[Path], nominal: float | None) -> None:  # noqa: ANN001 (pyplot)
+def _rate_figure(plt, d: Path, head: str, out: Written, nominal: float | None) -> None:  # noqa: ANN001 (pyplot)
     """rate.png: the bottleneck's rate against C."""
     rate = read_csv(d / "rate.csv")
     if rate:
@@ -87,11 +97,11 @@ def _rate_figure(plt, d: Path, head: str, out: list[Path], nominal: float | None
         ax.set_ylabel("Mb/s")
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
-        _save(fig, d / "rate.png", out)
+        _save(fig, "rate.png", out)
         plt.close(fig)
 
 
-def _queue_figure(plt, d: Path, head: str, out: list[Path]) -> None:  # noqa: ANN001 (pyplot)
+def _queue_figure(plt, d: Path, head: str, out: Written) -> None:  # noqa: ANN001 (pyplot)
     """queue.png: the backlog and the buffer's limit."""
     queue = read_csv(d / "queue.csv")
     if queue:
@@ -110,11 +120,11 @@ def _queue_figure(plt, d: Path, head: str, out: list[Path]) -> None:  # noqa: AN
         ax.set_ylabel(f"packets ({FRAME_BYTES} B)")
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
-        _save(fig, d / "queue.png", out)
+        _save(fig, "queue.png", out)
         plt.close(fig)
 
 
-def _cwnd_figures(plt, d: Path, head: str, out: list[Path], bdp: float | None, answer: int | None) -> None:  # noqa: ANN001 (pyplot)
+def _cwnd_figures(plt, d: Path, head: str, out: Written, bdp: float | None, answer: int | None) -> None:  # noqa: ANN001 (pyplot)
     """cwnd.png (some flows' windows and their sum) and cwnd_hist.png (the sum's distribution at the answer)."""
     sums = read_csv(d / "cwnd_sum.csv")
     flows = read_csv(d / "cwnd_flows.csv")
@@ -139,7 +149,7 @@ def _cwnd_figures(plt, d: Path, head: str, out: list[Path], bdp: float | None, a
         a2.set_ylabel("packets")
         a2.grid(True, alpha=0.3)
         a2.legend(fontsize=8)
-        _save(fig, d / "cwnd.png", out)
+        _save(fig, "cwnd.png", out)
         plt.close(fig)
 
         limit = hist_limit(sums, answer)
@@ -165,11 +175,11 @@ def _cwnd_figures(plt, d: Path, head: str, out: list[Path], bdp: float | None, a
             ax.set_xlabel("sum of congestion windows (packets)")
             ax.set_ylabel("probability density")
             ax.legend(fontsize=8)
-            _save(fig, d / "cwnd_hist.png", out)
+            _save(fig, "cwnd_hist.png", out)
             plt.close(fig)
 
 
-def _cpu_figure(plt, d: Path, head: str, out: list[Path]) -> None:  # noqa: ANN001 (pyplot)
+def _cpu_figure(plt, d: Path, head: str, out: Written) -> None:  # noqa: ANN001 (pyplot)
     """cpu.png: busy, softirq and steal shares of each core."""
     cpu = read_csv(d / "cpu.csv")
     if cpu:
@@ -192,11 +202,11 @@ def _cpu_figure(plt, d: Path, head: str, out: list[Path]) -> None:  # noqa: ANN0
         ax.set_ylabel("share of the core")
         ax.set_ylim(0, 1.05)
         ax.legend(fontsize=7, ncol=2)
-        _save(fig, d / "cpu.png", out)
+        _save(fig, "cpu.png", out)
         plt.close(fig)
 
 
-def _fidelity_figure(plt, d: Path, head: str, out: list[Path], fidelity_2012: Path | None) -> None:  # noqa: ANN001 (pyplot)
+def _fidelity_figure(plt, d: Path, head: str, out: Written, fidelity_2012: Path | None) -> None:  # noqa: ANN001 (pyplot)
     """fidelity_ccdf.png: the departures' gaps against the ideal, beside the 2012 emulator's."""
     fid = [r for r in read_csv(d / "fidelity.csv") if r["busy"] == "1"]
     if fid:
@@ -214,7 +224,7 @@ def _fidelity_figure(plt, d: Path, head: str, out: list[Path], fidelity_2012: Pa
         ax.set_xlabel("deviation from the ideal gap (%)")
         ax.set_ylabel("fraction of gaps with larger deviation")
         ax.legend(fontsize=8)
-        _save(fig, d / "fidelity_ccdf.png", out)
+        _save(fig, "fidelity_ccdf.png", out)
         plt.close(fig)
 
 

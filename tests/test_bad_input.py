@@ -84,10 +84,10 @@ VALID: dict[tuple[str, str], set[str]] = {
     **{(c, "--access-mbps"): {"0"} for c in ("verify", "flows", "search", "sweep", "measure", "util-table", "shell")},
     ("remote", "--access-mbps"): {"0"},
     **{(c, "--fidelity-s"): {"0"} for c in ("search", "sweep", "remote", "measure", "util-table")},  # 0 skips the trace
-    **{(c, "--reference-s"): {"0"} for c in ("measure", "util-table")},  # 0 skips the reference
+    **{(c, "--reference-s"): {"0"} for c in ("measure", "util-table", "sim measure")},  # 0 skips the reference
     # measure may sample right after a buffer change; search only asks for a positive settle time.
     **{(c, "--settle-s"): {"0", "1e-9"} for c in ("measure", "util-table")},
-    **{(c, "--warmup-s"): {"0", "1e-9"} for c in ("measure", "util-table")},  # the flows may be measured at once
+    **{(c, "--warmup-s"): {"0", "1e-9"} for c in ("measure", "util-table", "sim measure")},  # measured at once
     **{(c, "--settle-s"): {"1e-9"} for c in ("search", "sweep", "remote")},
     # 0 means: stop when the bracket is one packet wide.
     **{(c, "--resolution"): {"0", "1e-9"} for c in ("search", "sweep", "remote")},
@@ -112,9 +112,9 @@ VALID: dict[tuple[str, str], set[str]] = {
     **{("sim " + c, "--precision"): {"0"} for c in ("search", "sweep")},
     # 0: every long flow starts at the same simulated instant.
     **{("sim " + c, "--start-spread-s"): {"0", "1e-9"} for c in ("search", "measure", "sweep")},
-    # A measurement may start right after the buffer changes, and a simulated path may have no delay.
+    # A measurement may start right after the buffer changes (a path of no delay needs --reference-s 0,
+    # as the emulated measure: its reference buffer of 2 BDP would be empty).
     ("sim measure", "--settle-s"): {"0", "1e-9"},
-    ("sim measure", "--rtt-ms"): {"0"},
 }
 
 
@@ -211,7 +211,7 @@ def in_process(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr("bufsize.remote.run.check_out_dir", tripwire)  # remote: past validation, commit included
     monkeypatch.setattr("bufsize.topologies.config.delay_backend", tripwire)  # DumbbellConfig.backend()
     monkeypatch.setattr("bufsize.topologies.machine.qdisc_support", tripwire)
-    monkeypatch.setattr("bufsize.cli.sim.SimDumbbell", tripwire)  # the twin: past validation, it simulates
+    monkeypatch.setattr("bufsize.sim.measure.run_sim_measure", tripwire)  # the twin: past validation, it simulates
     monkeypatch.setattr("bufsize.sim.search.run_sim_search", tripwire)
     monkeypatch.setattr("bufsize.sim.sweep.run_sim_sweep", tripwire)
     monkeypatch.setattr("bufsize.sim.shortexp.run_twin_series", tripwire)

@@ -9,6 +9,7 @@ import subprocess
 import pytest
 from conftest import BUFSIZE
 
+from bufsize.longlived.measure import REFERENCE_BDPS
 from bufsize.longlived.search import SearchOptions
 from bufsize.sim.search import check_start_buffer, run_sim_search, start_packets
 from bufsize.sim.sweep import SimSweepSpec, open_sim_sweep
@@ -75,10 +76,11 @@ def test_measure_started_small(tmp_path):
         run = subprocess.run(args, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr
         got[start] = json.loads(run.stdout)
-    cal = round(2 * SMALL.bdp_bytes / FRAME_BYTES)  # 33
+    cal = REFERENCE_BDPS * round(SMALL.bdp_bytes / FRAME_BYTES)  # the emulated measure's warm-up buffer
     assert got["calibration"]["start_buffer_packets"] == cal and got["4"]["start_buffer_packets"] == 4
     assert got["small"]["start_buffer_packets"] == 10  # the 4 measured, raised to one packet per flow
-    # Slow start into 4 packets, not 33: the first seconds carry less (the link is not yet full).
-    assert got["4"]["rate_before_mbps"] < got["calibration"]["rate_before_mbps"]
+    # Started below the warm-up buffer, the flows warm up there and again at 2 BDP before the reference.
+    assert got["4"]["simulated_seconds"] > got["calibration"]["simulated_seconds"]
+    assert got["4"]["reference_rate_mbps"] >= 0.97 * SMALL.rate_mbps
     bad = subprocess.run([*args[:-2], "measured", "--json"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--start-buffer measured" in bad.stderr

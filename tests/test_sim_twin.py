@@ -265,22 +265,24 @@ def test_stopped_sim_sweep_leaves_no_process_behind(tmp_path):
 def test_sim_measure_reports_utilization_loss_and_its_cost(tmp_path):
     """At a 40-packet buffer (2.4 x the 16.5-packet pipe) ten Reno flows keep the link full without
     loss worth naming; at 2 packets they lose more and carry less. The result says how much was
-    simulated (reference, settle, samples) and what that cost in wall time."""
+    simulated (warm-up, reference, settle, samples: the emulated measure's steps) and what that cost
+    in wall time."""
     got = {}
     for b in (40, 2):
         out = tmp_path / f"b{b}"
         args = [BUFSIZE, "sim", "measure", "--flows", "10", "--rate-mbps", "10", "--rtt-ms", "20", "--buffer-packets",
-                str(b), "--settle-s", "2", "--duration", "5", "--json", "--out", str(out)]  # fmt: skip
+                str(b), "--warmup-s", "3", "--reference-s", "1", "--settle-s", "2", "--duration", "5", "--json",
+                "--out", str(out)]  # fmt: skip
         run = subprocess.run(args, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr
         got[b] = json.loads(run.stdout)
         assert json.loads((out / "result.json").read_text()) == got[b]
-    assert got[40]["utilization_median"] == pytest.approx(1.0, abs=0.01)
-    assert got[2]["loss_rate"] > got[40]["loss_rate"] and got[2]["utilization_median"] < got[40]["utilization_median"]
-    assert got[2]["queue_max_packets"] <= 2
+    assert got[40]["utilization"] == pytest.approx(1.0, abs=0.01)
+    assert got[2]["loss_rate"] > got[40]["loss_rate"] and got[2]["utilization"] < got[40]["utilization"]
+    assert got[2]["queue"]["max_packets"] <= 2
     for r in got.values():
-        assert r["simulated_seconds"] == pytest.approx(3 + 2 + 5, abs=1e-6)
-        assert 0 < r["wall_seconds"] < 300 and len(r["rates_mbps"]) == 5
+        assert r["simulated_seconds"] == pytest.approx(3 + 1 + 2 + 5, abs=1e-6)
+        assert 0 < r["wall_seconds"] < 300 and len(r["points"][0]["rates_mbps"]) == 5
     # The senders' loss recovery, under the emulation's names, per segment sent again (ns-3 has no
     # tail-loss probe); a timeout's share grows as the buffer shrinks.
     tight = got[2]["tcp"]

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from bufsize import __version__
-from bufsize.cli import commands, options, shell
+from bufsize.cli import commands, helptext, options, shell
 from bufsize.cli import course as course_cli
 from bufsize.cli import remote as remote_cli
 from bufsize.cli import shortflows as shortflow_cli
@@ -57,6 +57,7 @@ def build_parser() -> Parser:
     course_cli.add_parser(sub)
     sim_cli.add_parser(sub)
     add_tool_commands(command)
+    helptext.add_epilogs(p)
     return p
 
 
@@ -133,6 +134,12 @@ def add_table_commands(command: Command) -> None:
         default=[],
         help="another sweep directory to overlay, with its median and range and ours/its per N"
         " (e.g. a bbr sweep beside the cubic one); up to 3, one flag each",
+    )
+    pl.add_argument("--out", help="write the figures and tables here, not into DIR (created if missing)")
+    pl.add_argument(
+        "--force",
+        action="store_true",
+        help="redraw the committed results under results/ in place (without it they are plotted only with --out)",
     )
     pl.add_argument("--json", action="store_true", help="print the files written as JSON")
 

@@ -169,9 +169,9 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     only = parse_points(a.points, spec) if a.points is not None else None
     if options.printed_config(a, {"spec": spec, "points": only or spec.points()}):
         return 0
-    if a.out is None:
+    if a.out is None and not a.dry_run:
         raise UsageError("give --out: the sweep directory (re-running the same command resumes it)")
-    out = check_out_dir(a.out, create=not a.dry_run)
+    out = check_out_dir(a.out, create=not a.dry_run) if a.out is not None else None
     if a.dry_run:
         backend = delay_backend(spec.delay_backend, spec.shaper) if os.geteuid() == 0 else None
         p = plan(out, spec, backend, only)
@@ -196,7 +196,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
 def cmd_plot(a: argparse.Namespace) -> int:
     from bufsize.cli.plot import plot_dir
 
-    paths = plot_dir(a.dir, a.title, a.with_sim, a.beside)
+    paths = plot_dir(a.dir, a.title, a.with_sim, a.beside, a.out, in_place=a.force)
     print(
         json.dumps({"wrote": [str(p) for p in paths]}, indent=1) if a.json else "\n".join(f"wrote {p}" for p in paths)
     )

@@ -253,17 +253,22 @@ def plain(x: object) -> object:
 
 
 def add_measure_args(p: argparse.ArgumentParser) -> None:
+    add_measure_timing_args(p)
+    p.add_argument("--fidelity-s", type=float, default=2.0, help="seconds of pacing trace (0: skip)")
+    add_tool_arg(p)
+
+
+def add_measure_timing_args(p: argparse.ArgumentParser) -> None:
+    """How a measure spends its time, on either link (the twin's seconds are simulated)."""
     p.add_argument("--duration", type=float, default=60.0, help="seconds measured at each buffer (default 60)")
     p.add_argument("--settle-s", type=float, help="seconds after a buffer change before measuring (default: >= 20 RTT)")
     p.add_argument("--sample-s", type=float, default=1.0, help="length of each utilization sample (default 1)")
     p.add_argument(
         "--reference-s", type=float, default=10.0, help="seconds at 2 BDP measuring the link's best (0: skip)"
     )
-    p.add_argument("--fidelity-s", type=float, default=2.0, help="seconds of pacing trace (0: skip)")
     p.add_argument(
         "--warmup-s", type=float, help="seconds the flows run before anything is measured (default: one cycle, >= 15)"
     )
-    add_tool_arg(p)
 
 
 def buffer_from_args(buffer_bytes: int | None, buffer_packets: float | None) -> int | None:

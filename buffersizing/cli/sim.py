@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 from bufsize.cli.commands import quiet_if, result_dir
 from bufsize.cli.options import (
+    add_measure_timing_args,
     add_path_args,
     add_preset_arg,
     add_print_config_arg,
@@ -25,16 +24,13 @@ from bufsize.cli.options import (
     printed_config,
 )
 from bufsize.longlived.presets import DEFAULT_PRESET, preset
-from bufsize.longlived.search import CALIBRATION_BDPS, SearchOptions
+from bufsize.longlived.search import SearchOptions
 from bufsize.longlived.sweep import search_rule
-from bufsize.monitors.tcpstats import recovery_shares, twin_counters
 from bufsize.scaffold.lists import parse_flow_list
-from bufsize.scaffold.resultdir import check_out_dir, write_json_atomic
-from bufsize.scaffold.schema import stamp
-from bufsize.topologies import FRAME_BYTES
+from bufsize.scaffold.resultdir import check_out_dir
 from bufsize.topologies.config import parse_rtts
 from bufsize.topologies.errors import UsageError
-from bufsize.topologies.nssim import MAX_SIM_FLOWS, MAX_SIM_HOSTS, SIM_CCS, SIM_RTOS, SimConfig, SimDumbbell
+from bufsize.topologies.nssim import MAX_SIM_FLOWS, MAX_SIM_HOSTS, SIM_CCS, SIM_RTOS, SimConfig
 
 
 def add_sim_link_args(p: argparse.ArgumentParser, hosts_help: str, by_preset: bool = False) -> None:
@@ -85,14 +81,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--seed", type=int, default=1, help="the simulation's seed (default 1)")
     m.add_argument("--buffer-packets", type=int, required=True, help="bottleneck buffer in packets")
     add_sender_pacing_arg(m)  # search and sweep have it from add_search_args
-    m.add_argument("--duration", type=float, default=60.0, help="simulated seconds measured (default 60)")
-    m.add_argument("--settle-s", type=float, default=10.0, help="simulated seconds before measuring (default 10)")
-    m.add_argument("--sample-s", type=float, default=1.0, help="length of each utilization sample (default 1)")
+    add_measure_timing_args(m)  # the emulated measure's own, in simulated seconds
     m.add_argument(
         "--start-buffer",
         default="calibration",
-        help="the buffer the flows start at: calibration (2 BDP, default, as emulated), small (the buffer "
-        "measured, at least one packet per flow) or packets; then the settle runs at the measured buffer",
+        help="the buffer the flows start at: calibration (the warm-up buffer, 2 BDP, default, as emulated), "
+        "small (the buffer measured, at least one packet per flow) or packets; the warm-up then runs again "
+        "at the warm-up buffer",
     )
     add_result_args(m, "result.json")
     add_print_config_arg(m)
@@ -198,69 +193,27 @@ def cmd_sim_search(a: argparse.Namespace) -> int:
 
 
 def cmd_sim_measure(a: argparse.Namespace) -> int:
-    """The emulated measure's core on the twin: settle at the buffer, then back-to-back samples."""
-    from bufsize.sim.search import check_start_buffer, simulator_manifest, start_packets
+    """The emulated measure on the twin (sim/measure.py): the same options, steps and result keys."""
+    from bufsize.longlived.measure import MeasureOptions, format_measure
+    from bufsize.sim.measure import run_sim_measure
+    from bufsize.sim.search import check_start_buffer
 
     cfg = sim_config(a, a.flows, a.hosts if a.hosts is not None else min(a.flows, 400), a.seed)
-    for name, v, lo, hi in (("--duration", a.duration, 1, 100_000), ("--settle-s", a.settle_s, 0, 100_000),
-                            ("--sample-s", a.sample_s, 0.01, 100_000)):  # fmt: skip
-        if not lo <= v <= hi:
-            raise UsageError(f"{name} {v:g}: must be from {lo:g} to {hi:g}")
-    if a.sample_s > a.duration:
-        raise UsageError("--sample-s is longer than --duration")
+    opts = MeasureOptions(a.flows, a.duration, a.settle_s, a.sample_s, a.reference_s, warmup_s=a.warmup_s,
+                          fidelity_s=0.0)  # fmt: skip
+    opts.validate(cfg)
     if not 1 <= a.buffer_packets <= 10_000_000:
         raise UsageError(f"--buffer-packets {a.buffer_packets}: must be from 1 to 10000000")
-    cal = max(a.buffer_packets, round(CALIBRATION_BDPS * cfg.bdp_bytes / FRAME_BYTES))
     check_start_buffer(a.start_buffer)
-    start = start_packets(a.start_buffer, cal, a.buffer_packets, a.flows)
-    resolved = {"config": cfg.to_dict(), "buffer_packets": a.buffer_packets, "start_buffer_packets": start,
-                "duration_s": a.duration, "settle_s": a.settle_s, "sample_s": a.sample_s}  # fmt: skip
+    resolved = {"config": cfg.to_dict(), "buffer_packets": a.buffer_packets, "options": opts,
+                "start_buffer": a.start_buffer}  # fmt: skip
     if printed_config(a, resolved):
         return 0
     out = result_dir(a)
-    wall0 = time.monotonic()
-    with SimDumbbell(cfg, a.flows, start) as net:
-        ref = net.run(max(3.0, a.settle_s)).rate_mbps  # the flows start at the start buffer (2 BDP: as emulated)
-        net.set_buffer(a.buffer_packets)
-        if a.settle_s:
-            net.run(a.settle_s)
-        ivs = [net.run(a.sample_s) for _ in range(max(1, round(a.duration / a.sample_s)))]
-        up = net.flows_up()
-        simulated = net.sim_seconds
-    wall = time.monotonic() - wall0
-    rates = [iv.rate_mbps for iv in ivs]
-    sent, drops = sum(iv.packets for iv in ivs), sum(iv.drops for iv in ivs)
-    result = {
-        "kind": "sim-measure",
-        "flows": a.flows,
-        "flows_up": up,
-        "hosts": cfg.hosts,
-        "cc": cfg.cc,
-        "seed": cfg.seed,
-        "nominal_rate_mbps": cfg.rate_mbps,
-        "buffer_packets": a.buffer_packets,
-        "start_buffer_packets": start,
-        "rate_before_mbps": round(ref, 3),
-        "utilization_median": round(statistics.median(rates) / cfg.rate_mbps, 5),
-        "utilization_mean": round(statistics.fmean(rates) / cfg.rate_mbps, 5),
-        "loss_rate": round(drops / max(1, sent + drops), 6),
-        "queue_mean_packets": round(sum(iv.queue_mean for iv in ivs) / len(ivs), 2),
-        "queue_max_packets": max(iv.queue_max for iv in ivs),
-        "tcp": (tcp := twin_counters([iv.tcp for iv in ivs])) | recovery_shares(tcp),
-        "rates_mbps": [round(r, 4) for r in rates],
-        "simulated_seconds": round(simulated, 3),
-        "wall_seconds": round(wall, 1),
-        "config": cfg.to_dict(),
-        "manifest": simulator_manifest(cfg),
-    }
-    result = stamp(result, "result")
-    if out is not None:
-        write_json_atomic(out / "result.json", result)
-    print(json.dumps(result, indent=1) if a.json else
-          f"{a.buffer_packets} packets: utilization {result['utilization_median']:.2%} (median of {len(ivs)} samples), "
-          f"loss {result['loss_rate']:.3%}, queue mean {result['queue_mean_packets']:.1f} "
-          f"max {result['queue_max_packets']}")  # fmt: skip
-    return 0
+    say = quiet_if(a.json) or (lambda s: print(s, file=sys.stderr, flush=True))
+    result = run_sim_measure(cfg, a.buffer_packets, opts, out, say, a.start_buffer)
+    print(json.dumps(result, indent=1) if a.json else format_measure(result, out))
+    return 0 if result["valid"] else 3
 
 
 def cmd_sim_sweep(a: argparse.Namespace) -> int:

@@ -11,26 +11,20 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from bufsize.longlived.dynamics import auto_timing
-from bufsize.monitors.cpu import CpuMonitor
-from bufsize.monitors.rate import sample_rates
-from bufsize.monitors.recorder import Recorder, queue_stats
-from bufsize.monitors.tcpstats import counter_delta, read_counters, recovery_shares
+from bufsize.monitors.tcpstats import recovery_shares
 from bufsize.scaffold.cautions import describe as describe_cautions
 from bufsize.scaffold.experiment import MAX_WAIT_S, MIN_SAMPLE_S, Experiment, Say, check_fidelity_s
+from bufsize.scaffold.link import EmulatedLink, LinkSpec, SampledLink
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
-from bufsize.topologies.counters import InterfaceCounters
-from bufsize.topologies.delay import timing_between
-from bufsize.topologies.dumbbell import Dumbbell
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.units import check_buffer_bytes, check_number
-from bufsize.traffic.longflows import LongFlows, split_flows
+from bufsize.traffic.longflows import split_flows
 
 REFERENCE_BDPS = 2
 MAX_DURATION_S = 3600.0
@@ -52,7 +46,7 @@ class MeasureOptions:
     # Given: exactly that, and the result says so (a few flows on a short path are up in 2-3 s).
     warmup_s: float | None = None
 
-    def validate(self, cfg: DumbbellConfig) -> None:
+    def validate(self, cfg: LinkSpec) -> None:
         split_flows(self.flows, 1)
         check_number("--duration", self.duration_s, 0, MAX_DURATION_S)
         if self.warmup_s is not None:
@@ -76,52 +70,32 @@ class MeasureOptions:
 
 
 def measure_buffer(
-    net: Dumbbell,
-    flows: LongFlows,
-    counters: InterfaceCounters,
-    rec: Recorder,
+    link: SampledLink,
+    flows: int,
     buffer_bytes: int,
     o: MeasureOptions,
-    sleep: Callable[[float], None] = time.sleep,
+    cwnd_sums: Callable[[float, float], list[float]] | None = None,
 ) -> dict:
-    cfg = net.cfg
-    rtt = max(cfg.rtt_ms)
+    """One buffer on a link whose flows run (emulated or simulated): set it, settle, then `duration`
+    of back-to-back samples. `cwnd_sums`: the senders' summed windows traced between two monotonic
+    times (the emulation's recorder; the twin has none)."""
+    cfg = link.cfg
     settle = o.settle_s
     if settle is None:
-        auto = auto_timing(cfg.cc, o.flows, cfg.rate_mbps, rtt, buffer_bytes, max_sample_s=o.duration_s)
+        auto = auto_timing(cfg.cc, flows, cfg.rate_mbps, max(cfg.rtt_ms), buffer_bytes, max_sample_s=o.duration_s)
         settle = max(MIN_SETTLE_S, auto.settle_s)
-    if buffer_bytes != net.buffer_bytes:
-        net.set_buffer(buffer_bytes)
-    sleep(settle)
-    n = max(1, round(o.duration_s / o.sample_s))
-    cpu = CpuMonitor().start()
-    leaf0 = net.bottleneck.leaf_drops()
-    senders = [h.ns for h in net.hosts]
-    tcp0 = read_counters(senders)
-    dl = net.delayline
-    dl0 = dl.stats() if dl else {}
-    t0 = time.monotonic()
-    sampled = sample_rates(counters, n, o.sample_s, sleep)
-    rates, sent_bytes, sent_packets, seconds = (
-        sampled.rates_mbps,
-        sampled.sent_bytes,
-        sampled.sent_packets,
-        sampled.seconds,
-    )
-    t1 = time.monotonic()
-    dropped = net.bottleneck.leaf_drops() - leaf0
-    tcp = counter_delta(tcp0, read_counters(senders))
-    kept_time = timing_between(dl0, dl.stats()) if dl else None
-    net.check_alive()
-    flows.check()
-    util = sent_bytes * 8 / seconds / 1e6 / cfg.rate_mbps
-    sums = [s for t, _, s, _ in rec.rec.cwnd_sum if t0 <= t <= t1]
+    if buffer_bytes != link.buffer_bytes:
+        link.set_buffer_bytes(buffer_bytes)
+    link.wait(settle)
+    taken = link.take(max(1, round(o.duration_s / o.sample_s)), o.sample_s)
+    rates, dropped, sent = taken.rates_mbps, taken.drops, taken.packets_sent
+    sums = cwnd_sums(*taken.window) if cwnd_sums is not None and taken.window is not None else []
     return {
         "buffer_packets": round(buffer_bytes / FRAME_BYTES, 1),
         "buffer_bytes": buffer_bytes,
         "settle_s": round(settle, 1),
-        "seconds": round(seconds, 2),
-        "utilization": round(util, 5),
+        "seconds": round(taken.seconds, 2),
+        "utilization": round(taken.mean_mbps / cfg.rate_mbps, 5),
         "utilization_samples": {
             "n": len(rates),
             "median": round(statistics.median(rates) / cfg.rate_mbps, 5),
@@ -129,20 +103,73 @@ def measure_buffer(
             "max": round(max(rates) / cfg.rate_mbps, 5),
         },
         "bottleneck_drops": dropped,
-        "packets_sent": sent_packets,
-        "loss_rate": round(dropped / max(1, sent_packets + dropped), 6),
-        "tcp": tcp | recovery_shares(tcp),  # the senders' counters while sampling (monitors/tcpstats.py)
-        "queue": queue_stats(rec.rec.queue, t0, t1),
+        "packets_sent": sent,
+        "loss_rate": round(dropped / max(1, sent + dropped), 6),
+        "tcp": taken.tcp | recovery_shares(taken.tcp),  # the senders' counters while sampling (monitors/tcpstats.py)
+        "queue": taken.queue,
         "cwnd_sum": (
             {"samples": len(sums), "mean": round(statistics.fmean(sums), 1), "sd": round(statistics.pstdev(sums), 1)}
             if len(sums) > 1
             else {"samples": len(sums)}
         ),
-        "cpu": cpu.stop().to_dict(),
-        # The delay line's timekeeping while sampling (delay.timing_between; None under netem).
-        "delay_line": kept_time,
+        "cpu": taken.cpu or None,  # the emulation's CPU shares while sampling
+        # The delay line's timekeeping while sampling (delay.timing_between; None under netem and on the twin).
+        "delay_line": taken.delay_line or None,
         "rates_mbps": [round(r, 3) for r in rates],
     }
+
+
+def warm_and_reference(
+    link: SampledLink, flows: int, warm_buffer: int, o: MeasureOptions, warm: Callable[[float], None], say: Say
+) -> float | None:
+    """The flows warm up at `warm_buffer` (`warm` waits and says so; one congestion cycle, at least
+    MIN_WARMUP_S, unless --warmup-s), then the link's reference rate at it over --reference-s (None
+    when skipped)."""
+    cfg = link.cfg
+    seconds = o.warmup_s
+    if seconds is None:
+        seconds = max(MIN_WARMUP_S, auto_timing(cfg.cc, flows, cfg.rate_mbps, max(cfg.rtt_ms), warm_buffer).warmup_s)
+    warm(seconds)
+    if o.reference_s <= 0:
+        return None
+    reference = link.take(max(1, round(o.reference_s)), 1.0).mean_mbps
+    say(f"  reference rate at {REFERENCE_BDPS} BDP: {reference:.2f} Mb/s ({reference / cfg.rate_mbps:.2%})")
+    return reference
+
+
+def point_line(p: dict, clock: str) -> str:
+    """A measured buffer's progress line."""
+    q = p["queue"]
+    return (
+        f"  {p['buffer_packets']:g} packets: utilization {p['utilization']:.2%}, loss {p['loss_rate']:.3%}, "
+        f"queue mean {q.get('mean_packets', 0):.0f}"
+        + (f" (empty {q['empty_fraction']:.0%})" if "empty_fraction" in q else "")
+        + f" [{clock}]"
+    )
+
+
+def warm_buffer_bytes(cfg: LinkSpec, buffers_bytes: list[int], o: MeasureOptions) -> int:
+    """Where the flows warm up: the reference's 2 BDP, or the first buffer when there is no reference."""
+    bdp = cfg.bdp_bytes / FRAME_BYTES  # at the longest RTT: what the warm-up buffer must cover
+    return REFERENCE_BDPS * round(bdp) * FRAME_BYTES if o.reference_s > 0 else buffers_bytes[0]
+
+
+def pipe_packets(cfg: LinkSpec) -> float:
+    """Packets in flight with flows sharing C equally over spread RTTs: C x the mean RTT."""
+    return cfg.rate_mbps * 1e6 / 8 * statistics.fmean(cfg.rtt_ms) / 1000 / FRAME_BYTES
+
+
+def point_fields(cfg: LinkSpec, points: list[dict]) -> dict:
+    """The result's own fields: the pipe, every point, and the single point's keys at the top."""
+    fields: dict = {
+        "bdp_packets": round(pipe_packets(cfg), 1),
+        "bdp_packets_longest_rtt": round(cfg.bdp_bytes / FRAME_BYTES, 1),
+        "points": points,
+    }
+    if len(points) == 1:  # the single-buffer form reads like one measurement
+        keys = ("buffer_packets", "buffer_bytes", "utilization", "loss_rate", "tcp", "queue")
+        fields |= {k: points[0][k] for k in keys}
+    return fields
 
 
 def run_measure(
@@ -159,18 +186,14 @@ def run_measure(
         raise UsageError("give at least one buffer")
     for b in buffers_bytes:
         check_buffer_bytes(b)
-    bdp = cfg.bdp_bytes / FRAME_BYTES  # at the longest RTT: what the warm-up buffer must cover
-    # Packets in flight with flows sharing C equally over spread RTTs: C x the mean RTT.
-    pipe = cfg.rate_mbps * 1e6 / 8 * statistics.fmean(cfg.rtt_ms) / 1000 / FRAME_BYTES
-    warm_buffer = REFERENCE_BDPS * round(bdp) * FRAME_BYTES if opts.reference_s > 0 else buffers_bytes[0]
+    warm_buffer = warm_buffer_bytes(cfg, buffers_bytes, opts)
     cfg = replace(cfg, buffer_bytes=warm_buffer)
-    rtt = max(cfg.rtt_ms)
     ex = Experiment(cfg, backend, "measure", out, log, require_recorder=True, saves_result=True)
     say = ex.say
     say(
         f"measure: {opts.flows} flows over {cfg.hosts} hosts, {cfg.rate_mbps:g} Mb/s, "
-        f"RTT {min(cfg.rtt_ms):g}..{rtt:g} ms, "
-        f"cc {cfg.cc}; BDP {pipe:.0f} packets (mean RTT); "
+        f"RTT {min(cfg.rtt_ms):g}..{max(cfg.rtt_ms):g} ms, "
+        f"cc {cfg.cc}; BDP {pipe_packets(cfg):.0f} packets (mean RTT); "
         f"buffers {', '.join(f'{b / FRAME_BYTES:.0f}' for b in buffers_bytes)} "
         f"packets, {opts.duration_s:g} s each" + "".join(f"; {c}" for c in cfg.tcp_changes())
     )
@@ -179,38 +202,23 @@ def run_measure(
     with ex:
         assert ex.net is not None
         flows = ex.start_flows(opts.flows, opts.tool)
-        assert ex.recorder is not None
+        assert ex.recorder is not None  # started with the flows (require_recorder)
+        rec = ex.recorder.rec
         ex.partial = lambda: {"reference_rate_mbps": reference, "points": points}
-        with ex.net.bottleneck.counters() as counters:
-            warm = opts.warmup_s
-            if warm is None:
-                warm = max(MIN_WARMUP_S, auto_timing(cfg.cc, opts.flows, cfg.rate_mbps, rtt, warm_buffer).warmup_s)
+        link = EmulatedLink(ex.net, flows, ex.sleep, lambda: rec.queue, t_wall=ex.t_wall)
+        try:
             given = " (--warmup-s)" if opts.warmup_s is not None else ""
-            ex.warm_up(warm, f"at {warm_buffer // FRAME_BYTES} packets{given}")
-            if opts.reference_s > 0:
-                reference = sample_rates(counters, max(1, round(opts.reference_s)), 1.0).mean_mbps
-                say(f"  reference rate at {REFERENCE_BDPS} BDP: {reference:.2f} Mb/s ({reference / cfg.rate_mbps:.2%})")
+            warm = lambda s: ex.warm_up(s, f"at {warm_buffer // FRAME_BYTES} packets{given}")  # noqa: E731
+            reference = warm_and_reference(link, opts.flows, warm_buffer, opts, warm, say)
             ex.trace_fidelity(opts.fidelity_s)
+            sums = lambda t0, t1: [s for t, _, s, _ in rec.cwnd_sum if t0 <= t <= t1]  # noqa: E731
             for b in buffers_bytes:
-                p = measure_buffer(ex.net, flows, counters, ex.recorder, b, opts, ex.sleep)
-                points.append(p)
-                q = p["queue"]
-                say(
-                    f"  {p['buffer_packets']:g} packets: utilization {p['utilization']:.2%}, "
-                    f"loss {p['loss_rate']:.3%}, "
-                    f"queue mean {q.get('mean_packets', 0):.0f} (empty {q.get('empty_fraction', 0):.0%}) "
-                    f"[{time.monotonic() - ex.t_wall:.0f} s]"
-                )
-    fields: dict = {
-        "bdp_packets": round(pipe, 1),
-        "bdp_packets_longest_rtt": round(bdp, 1),
-        "points": points,
-    }
-    if len(points) == 1:  # the single-buffer form reads like one measurement
-        keys = ("buffer_packets", "buffer_bytes", "utilization", "loss_rate", "tcp", "queue")
-        fields |= {k: points[0][k] for k in keys}
+                points.append(measure_buffer(link, opts.flows, b, opts, sums))
+                say(point_line(points[-1], link.clock_text()))
+        finally:
+            link.close()
     return ex.finish(
-        fields,
+        point_fields(cfg, points),
         {},
         reference_mbps=reference,
         cpu_idle_min=min(p["cpu"]["idle"] for p in points),
@@ -223,9 +231,12 @@ def format_measure(result: dict, out: Path | None) -> str:
     flagged = ", ".join(k for k, v in result["flags"].items() if v is False)
     text = (
         f"utilization {result['utilization']:.2%} of {result['nominal_rate_mbps']:g} Mb/s, "
-        f"loss {result['loss_rate']:.3%}, queue mean {q.get('mean_packets')} p99 {q.get('p99_packets')} "
-        f"max {q.get('max_packets')} packets" + ("" if result["valid"] else f"; FLAGGED: {flagged}")
+        f"loss {result['loss_rate']:.3%}, queue mean {q.get('mean_packets')}"
+        + (f" p99 {q['p99_packets']}" if "p99_packets" in q else "")  # the twin reports mean and max
+        + f" max {q.get('max_packets')} packets"
+        + ("" if result["valid"] else f"; FLAGGED: {flagged}")
     )
     if result.get("cautions"):  # older results have no cautions
         text += f"\n{describe_cautions(result['cautions'])}"
-    return text + (f"\nresult, monitor data and plots written to {out}/" if out is not None else "")
+    written = "result written" if result.get("kind") == "sim-measure" else "result, monitor data and plots written"
+    return text + (f"\n{written} to {out}/" if out is not None else "")

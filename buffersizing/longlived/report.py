@@ -417,8 +417,13 @@ def finish_axes(ax, title: str, drawn: list[dict]) -> None:  # noqa: ANN001 (mat
 
 
 def make_report(
-    d: Path, title: str | None = None, with_sim: Path | None = None, beside_dirs: Sequence[Path] = ()
+    d: Path,
+    title: str | None = None,
+    with_sim: Path | None = None,
+    beside_dirs: Sequence[Path] = (),
+    dest: Path | None = None,
 ) -> list[Path]:
+    """A sweep's figure and table, from its results, written into `dest` (default: the sweep)."""
     results = load_results(d)
     sim = load_results(with_sim) if with_sim is not None else None
     if sim is not None and any(r.get("kind") != "sim-search" for r in sim):
@@ -451,8 +456,8 @@ def make_report(
     labels = [beside_label(first, other[0]) for other in beside]
     # Two sweeps that differ from ours in the same way (or not at all) are told apart by directory.
     labels = [f"{lb} ({b.name})" if labels.count(lb) > 1 else lb for lb, b in zip(labels, beside_dirs, strict=True)]
-    figure = plot(results, d, title, sim=sim, beside=list(zip(labels, beside, strict=True)))
-    return [*figure, *write_table(rows, d, labels)]
+    figure = plot(results, dest or d, title, sim=sim, beside=list(zip(labels, beside, strict=True)))
+    return [*figure, *write_table(rows, dest or d, labels)]
 
 
 def percent(target: float) -> str:

@@ -382,23 +382,25 @@ def run_sweep(
     return {"points": len(points), "finished": done_points, "failed": failed}
 
 
-def plan(out: Path, spec: SweepSpec, backend: str | None, only: list[tuple[int, int]] | None = None) -> dict:
-    """What `run_sweep` would do in `out`, built from the spec and the directory alone: nothing is
-    created or started. The estimate is the same model the progress bar starts from (dynamics.py),
-    before this machine has timed a point; the committed sweeps' wall times are in docs/findings.md."""
-    if out.exists():
+def plan(out: Path | None, spec: SweepSpec, backend: str | None, only: list[tuple[int, int]] | None = None) -> dict:
+    """What `run_sweep` would do in `out` (None: a new sweep, directory not chosen yet), built from the
+    spec and the directory alone: nothing is created or started. The estimate is the same model the
+    progress bar starts from (dynamics.py), before this machine has timed a point; the committed
+    sweeps' wall times are in docs/findings.md."""
+    exists = out is not None and out.exists()
+    if exists:
         existing_manifest(out, spec)  # a sweep of other settings there is refused now, as the run would
     rows = []
     for n, r in (p for p in spec.points() if only is None or p in only):
         cfg = spec.config(n)
         rows.append({
             "flows": n, "run": r, "hosts": cfg.hosts, "rtt_ms": sorted(set(cfg.rtt_ms)),
-            "dir": str(point_dir(out, n, r)), "finished": out.exists() and finished(out, n, r),
+            "dir": str(point_dir(out or Path("OUT"), n, r)), "finished": exists and finished(out, n, r),
             "estimate_s": round(spec.estimate(n)),
         })  # fmt: skip
     pending = sum(row["estimate_s"] for row in rows if not row["finished"])
     return {
-        "out": str(out),
+        "out": str(out) if out is not None else None,
         "spec": spec.to_dict(),
         "shaper": spec.shaper,
         "delay_backend": backend or "decided when the run starts (probing the kernel needs root)",
@@ -413,7 +415,8 @@ def plan(out: Path, spec: SweepSpec, backend: str | None, only: list[tuple[int, 
 def format_plan(p: dict) -> str:
     spec = p["spec"]
     lines = [
-        f"sweep into {p['out']}/ (nothing is built by --dry-run)",
+        f"sweep into {p['out'] + '/' if p['out'] else 'a new directory (give --out to run it)'}"
+        " (nothing is built by --dry-run)",
         f"  {spec['cc']} flows over {spec['rate_mbps']:g} Mb/s, RTT {spec['rtt_ms']} ms, shaper {p['shaper']}, "
         f"delay {p['delay_backend']}; target {spec['search']['target']:g}, {spec['search']['samples']} samples",
         f"  {'N':>5} {'run':>4} {'hosts':>6} {'estimate':>9}  state",

@@ -45,6 +45,14 @@ class Taken:
     # (times, cumulative drops) traces from which the loss episodes are counted, one per stretch.
     drop_traces: list[tuple[list[float], list[int]]] = field(default_factory=list)
     window: tuple[float, float] | None = None  # monotonic start and end (the emulation's recorder's clock)
+    # Bytes the bottleneck sent over the whole span, and the span's length on the link's clock: the
+    # mean rate over it is these two, whatever the samples' own lengths were.
+    sent_bytes: int = 0
+    seconds: float = 0.0
+
+    @property
+    def mean_mbps(self) -> float:
+        return self.sent_bytes * 8 / self.seconds / 1e6 if self.seconds > 0 else 0.0
 
 
 class LinkSpec(Protocol):
@@ -126,13 +134,13 @@ class EmulatedLink:
         drops0 = self.net.bottleneck.leaf_drops()
         senders = [h.ns for h in self.net.hosts]
         tcp0 = read_counters(senders)
-        sent0 = self.counters.read().tx_packets
+        c0 = self.counters.read()
         dl = self.net.delayline
         dl0 = dl.stats() if dl else {}
         t_mono = time.monotonic()
         got = quiet_samples(lambda k: sample_rates(self.counters, k, sample_s, self.sleep), n, max_steal, max_retakes)
         span = (t_mono, time.monotonic())
-        sent = self.counters.read().tx_packets - sent0
+        c1 = self.counters.read()
         drops = self.net.bottleneck.leaf_drops() - drops0
         tcp = counter_delta(tcp0, read_counters(senders))
         share = cpu.stop()
@@ -147,7 +155,7 @@ class EmulatedLink:
         return Taken(
             got.rates_mbps,
             drops,
-            sent,
+            c1.tx_packets - c0.tx_packets,
             t0,
             queue=queue,
             tcp=tcp,
@@ -157,6 +165,8 @@ class EmulatedLink:
             set_aside=list(got.set_aside),
             drop_traces=traces,
             window=span,
+            sent_bytes=c1.tx_bytes - c0.tx_bytes,
+            seconds=c1.t - c0.t,
         )
 
     def probe_note(self, measured: Any) -> str:
@@ -209,6 +219,8 @@ class SimulatedLink:
                 ([iv.t0, *iv.drop_times, iv.t1], [0, *range(1, len(iv.drop_times) + 1), len(iv.drop_times)])
                 for iv in ivs
             ],
+            sent_bytes=sum(iv.bytes for iv in ivs),
+            seconds=span,
         )
 
     def probe_note(self, measured: Any) -> str:

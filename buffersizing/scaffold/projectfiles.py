@@ -23,6 +23,10 @@ COURSE_RUNS_DIR = next(
 )
 # The committed runs of the main job, whose wall times its plan quotes (a checkout only).
 QUICK_REFERENCE_DIR = _CHECKOUT / "results" / "quick"
+# The committed results of a checkout (reference runs, lab records), which commands redraw or rewrite
+# only when told to: a user's run must not change a tracked file. LOCAL_RUNS_DIR below is inside it
+# but ignored by git.
+COMMITTED_RESULTS_DIR = _CHECKOUT / "results"
 # Where a user's own runs go by default: inside results/ but ignored by git (.gitignore), so that
 # running the main job never changes a tracked file; relative, like every --out, to where it runs.
 LOCAL_RUNS_DIR = Path("results") / "local"

@@ -42,7 +42,9 @@ def save_figure(fig, path: Path) -> None:  # noqa: ANN001
     plt.close(fig)
 
 
-def plot_shortflows(d: Path) -> list[Path]:
+def plot_shortflows(d: Path, dest: Path | None = None) -> list[Path]:
+    """The short flows' figures of one run, written into `dest` (default: the run directory)."""
+    dest = dest or d
     plt = pyplot()
     result = json.loads((d / "result.json").read_text())
     with (d / "transfers.csv").open(newline="") as f:
@@ -66,8 +68,8 @@ def plot_shortflows(d: Path) -> list[Path]:
         ax.axhline(rtt * 1e3, color="grey", ls="--", lw=0.8, label=f"RTT {rtt * 1e3:g} ms")
         ax.set_yscale("log")
         finish_axes(ax, "transfer length (packets)", "completion time (ms)", head)
-        save_figure(fig, d / "fct.png")
-        written.append(d / "fct.png")
+        save_figure(fig, dest / "fct.png")
+        written.append(dest / "fct.png")
     ccdf = [(b, p) for b, p in result["queue_ccdf"] if p > 0]
     if len(ccdf) > 1:
         fig, ax = plt.subplots(figsize=(8, 4))
@@ -80,6 +82,6 @@ def plot_shortflows(d: Path) -> list[Path]:
         ax.set_yscale("log")
         ax.set_ylim(bottom=max(1e-5, min(p for _, p in ccdf) / 2))
         finish_axes(ax, "queue b (full-size packets: backlog bytes / 1514)", "P(Q >= b)", head, xlog=False)
-        save_figure(fig, d / "queue_ccdf.png")
-        written.append(d / "queue_ccdf.png")
+        save_figure(fig, dest / "queue_ccdf.png")
+        written.append(dest / "queue_ccdf.png")
     return written
