@@ -155,7 +155,7 @@ def matrix() -> list[tuple[list[str], str]]:
         elif cmd == "validate":  # a path that is not there is refused by name
             cases += [(["validate", "--", v], "validate") for v in VALUES]
         elif cmd == "course":  # check reads a directory given as a path: no answers.json there is refused
-            cases += [(["course", "check", "--", v], "answers.json") for v in VALUES]
+            cases += [(["course", "check", "--", v], "answers.json" if v else "empty path") for v in VALUES]
             cases += [(["course", "--", v], "invalid choice") for v in VALUES]
         else:  # doctor, clean, quick: nothing here takes a number; a stray value is refused by the parser
             cases += [([cmd, "--", v], "unrecognized arguments") for v in VALUES]

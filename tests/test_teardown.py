@@ -80,8 +80,15 @@ def test_exception_inside_the_run_removes_everything(no_leftovers):
     assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
 
 
-@pytest.mark.parametrize("sig,status", [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, 130)])
-def test_signal_part_way_removes_everything(no_leftovers, sig, status):
+@pytest.mark.parametrize(
+    "sig,status,said",
+    [
+        (signal.SIGTERM, 128 + signal.SIGTERM, "interrupted by SIGTERM"),
+        (signal.SIGINT, 130, "interrupted"),
+        (signal.SIGQUIT, 128 + signal.SIGQUIT, "interrupted by SIGQUIT"),  # its default would dump core, tear nothing
+    ],
+)
+def test_signal_part_way_removes_everything(no_leftovers, sig, status, said):
     backlog = sysctl.read("net.core.netdev_max_backlog")
     proc = start_verify()
     try:
@@ -89,6 +96,8 @@ def test_signal_part_way_removes_everything(no_leftovers, sig, status):
         assert all(netns.exists(n) for n in st["namespaces"])
         proc.send_signal(sig)
         assert proc.wait(timeout=30) == status
+        last = (proc.stderr.read() if proc.stderr else "").strip().splitlines()[-1]
+        assert last == f"bufsize verify: {said}; everything the run created was removed", last
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -25,8 +25,12 @@ from bufsize.topologies import ledger, netns, sysctl
 from bufsize.topologies.ledger import RunState, check_state_dir, live_runs, scan_states, state_lock
 from bufsize.topologies.proc import is_running, is_same_process, net_ns_id, parent_pid, start_time, stop_process
 from bufsize.topologies.tracefs import INSTANCE_PREFIX, tracefs_root
+from bufsize.topologies.units import digits
 
-HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+# The signals a run stops on, tearing down what it built: Ctrl-C, and those a job control or a user
+# sends to end a process (SIGQUIT's default would dump core and leave namespaces behind; SIGUSR1's
+# would kill at once).
+HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1}
 # What teardowns in this process could not remove (checked after each one), for the final message.
 LEFT_BEHIND: list[str] = []
 
@@ -46,7 +50,7 @@ def signals_held() -> Iterator[None]:
 
 
 class SignalsDeferred:
-    """Ctrl-C, SIGTERM and SIGHUP noted, not acted on, until `release()`, which re-delivers the first.
+    """The stopping signals (HELD_SIGNALS) noted, not acted on, until `release()`, which re-delivers the first.
 
     For the stretch between finished work and its saved result: a signal held during the teardown
     used to arrive as the teardown ended and the result was never written. Unlike signals_held,
@@ -253,7 +257,7 @@ def stale_trace_instances() -> list[Path]:
     stale = []
     for d in sorted(Path(root).glob(f"instances/{INSTANCE_PREFIX}*-*")) if root else []:
         pid = d.name.rsplit("-", 1)[1]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+        if digits(pid) and not Path(f"/proc/{pid}").exists():
             stale.append(d)
     return stale
 

@@ -130,11 +130,22 @@ def _create_temp(dir_fd: int, name: str, mode: int) -> tuple[str, int]:
     raise UnsafePath(17, f"no free temporary name beside {name}")
 
 
+def check_own_file(fd: int, path: str | os.PathLike[str]) -> None:
+    """Refuse, on the open descriptor, what O_NOFOLLOW lets through: a FIFO or device, and a hard link
+    to a file elsewhere (more than one name), which writing would change under its other name."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafePath(21, f"{path}: not a regular file")
+    if st.st_nlink > 1:
+        raise UnsafePath(31, f"{path}: a hard link to another file ({st.st_nlink} names); remove it")
+
+
 def open_new(path: str | os.PathLike[str], append: bool = False) -> IO[Any]:
     """A file opened for writing as it goes (a log, a record stream), not through a link.
 
     The name itself is opened with O_NOFOLLOW: a link there makes this fail. Without `append` the
-    file is truncated (only a regular file: a FIFO or device planted there is refused).
+    file is truncated (only a regular file of one name: a FIFO, device or hard link planted there is
+    refused, before anything is written).
     """
     p = Path(path)
     dir_fd = open_dir(p.parent)
@@ -145,8 +156,7 @@ def open_new(path: str | os.PathLike[str], append: bool = False) -> IO[Any]:
     finally:
         os.close(dir_fd)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UnsafePath(21, f"{path}: not a regular file")
+        check_own_file(fd, path)
         os.set_blocking(fd, True)
         if not append:
             os.ftruncate(fd, 0)
@@ -156,9 +166,35 @@ def open_new(path: str | os.PathLike[str], append: bool = False) -> IO[Any]:
         raise
 
 
+# The most the toolkit reads of a file it wrote (a result, a manifest, a table, a student's answers):
+# the largest committed result is under 100 KB; a file past this is not one of ours.
+READ_LIMIT_BYTES = 16 << 20
+
+
+def read_bounded(path: str | os.PathLike[str], limit: int = READ_LIMIT_BYTES) -> str:
+    """The text of a regular file of at most `limit` bytes. A FIFO (which would block for ever), a
+    device such as /dev/zero (which never ends) or a file past the limit is refused (UnsafePath), and
+    the open never waits on the other end of a FIFO."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePath(21, f"{path}: not a regular file")
+        if st.st_size > limit:
+            raise UnsafePath(27, f"{path}: {st.st_size} bytes, more than the {limit} a file of this toolkit holds")
+        os.set_blocking(fd, True)
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:  # grew while read
+        raise UnsafePath(27, f"{path}: more than {limit} bytes")
+    return data.decode()
+
+
 def open_lock_file(path: str | os.PathLike[str]) -> int:
     """A descriptor (read-write, not truncated) of a regular file at `path`, created if missing,
-    never opened through a link; for flock."""
+    never opened through a link, symbolic or hard; for flock."""
     p = Path(path)
     dir_fd = open_dir(p.parent)
     try:
@@ -167,9 +203,11 @@ def open_lock_file(path: str | os.PathLike[str]) -> int:
         )
     finally:
         os.close(dir_fd)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    try:
+        check_own_file(fd, path)
+    except BaseException:
         os.close(fd)
-        raise UnsafePath(21, f"{path}: not a regular file")
+        raise
     return fd
 
 

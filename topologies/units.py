@@ -39,3 +39,9 @@ def bytes_to_packets(buffer_bytes: float) -> float:
 def tc_rate(mbps: float) -> str:
     """A rate as tc reads it, in whole bits per second."""
     return f"{int(round(mbps * 1e6))}bit"
+
+
+def digits(text: str) -> bool:
+    """Whether `text` is a whole number written in ASCII digits only: str.isdigit() also takes '¹' and
+    other Unicode digits, which int() then refuses with a traceback."""
+    return text.isascii() and text.isdigit()

@@ -34,9 +34,16 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message}\n")
 
 
+class Stopped(SystemExit):
+    """A stopping signal, as an exception, so every `with Dumbbell(...)` block tears down on the way out."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(128 + signum)
+        self.signum = signum
+
+
 def _on_signal(signum: int, _frame: object) -> None:
-    # Turn SIGTERM/SIGHUP into an exception so every `with Dumbbell(...)` block tears down.
-    raise SystemExit(128 + signum)
+    raise Stopped(signum)
 
 
 def build_parser() -> Parser:
@@ -239,8 +246,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bufsize: {e}", file=sys.stderr)
         return 2
     args = build_parser().parse_args(argv)
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGHUP, _on_signal)
+    for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1):
+        signal.signal(s, _on_signal)
     # Background jobs start with SIGINT ignored; Ctrl-C (kill -INT) must still stop and tear down a run.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
@@ -251,10 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, MachineError, RunError, OSError) as e:  # OSError: a system call outside the checks
         print(f"bufsize {args.cmd}: {' '.join(str(e).split()) or type(e).__name__}", file=sys.stderr)
         return getattr(e, "exit_status", 1)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Stopped) as e:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # torn down already: a further Ctrl-C must not garble this
-        print(f"bufsize {args.cmd}: interrupted; {what_remains_message()}", file=sys.stderr)  # checked, not assumed
-        return 130
+        by = f" by {signal.Signals(e.signum).name}" if isinstance(e, Stopped) else ""
+        print(f"bufsize {args.cmd}: interrupted{by}; {what_remains_message()}", file=sys.stderr)  # checked
+        return 128 + e.signum if isinstance(e, Stopped) else 130
 
 
 if __name__ == "__main__":

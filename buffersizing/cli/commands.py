@@ -17,7 +17,7 @@ from bufsize.longlived.measure import MeasureOptions
 from bufsize.scaffold import lists
 from bufsize.scaffold.experiment import Say, stderr_say
 from bufsize.scaffold.projectfiles import QUICK_REFERENCE_DIR
-from bufsize.scaffold.resultdir import check_out_dir, table_rows
+from bufsize.scaffold.resultdir import check_out_dir, exit_status, table_rows
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.machine import delay_backend, require_root
@@ -107,7 +107,7 @@ def cmd_search(a: argparse.Namespace) -> int:
         print(json.dumps(result, indent=1))
     elif out is not None:
         print(f"result written to {out}/result.json")
-    return 0 if result["valid"] else 3
+    return exit_status(result)
 
 
 def measure_options(a: argparse.Namespace, flows: int, cfg: DumbbellConfig) -> MeasureOptions:
@@ -132,7 +132,7 @@ def cmd_measure(a: argparse.Namespace) -> int:
     assert cfg.buffer_bytes is not None
     result = run_measure(cfg, cfg.backend(), [cfg.buffer_bytes], opts, out, log=quiet_if(a.json))
     print(json.dumps(result, indent=1) if a.json else format_measure(result, out))
-    return 0 if result["valid"] else 3
+    return exit_status(result)
 
 
 def cmd_util_table(a: argparse.Namespace) -> int:

@@ -16,13 +16,22 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     c = sub.add_parser("course", help="the class assignment: copy its starter script, grade a student's results")
     what = c.add_subparsers(dest="course_cmd", required=True, parser_class=type(c))
     s = what.add_parser("starter", help="write the starter script (three gaps to fill) into DIR")
-    s.add_argument("dir", type=Path, help="directory for starter.py (created; an existing starter.py is kept)")
+    s.add_argument("dir", type=given_path, help="directory for starter.py (created; an existing starter.py is kept)")
     s.set_defaults(func=run_starter)
     k = what.add_parser("check", help="grade DIR/answers.json against the model and the committed runs")
-    k.add_argument("dir", type=Path, help="the --out directory of the student's starter run (or its answers.json)")
+    k.add_argument(
+        "dir", type=given_path, help="the --out directory of the student's starter run (or its answers.json)"
+    )
     k.add_argument("--json", action="store_true", help="print the checks as JSON")
     k.set_defaults(func=run_check)
     return c
+
+
+def given_path(text: str) -> Path:
+    """A path as given; an empty one is refused (Path('') would be the current directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; give a directory")
+    return Path(text)
 
 
 def run_starter(a: argparse.Namespace) -> int:

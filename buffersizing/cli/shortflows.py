@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bufsize.cli import options
 from bufsize.scaffold import lists
-from bufsize.scaffold.resultdir import check_out_dir, table_rows
+from bufsize.scaffold.resultdir import check_out_dir, exit_status, table_rows
 from bufsize.shortflows.fig10 import Fig10Spec
 from bufsize.shortflows.fig12 import Fig12Spec
 from bufsize.shortflows.loss import LossSpec
@@ -187,4 +187,4 @@ def run(a: argparse.Namespace) -> int:
     assert cfg.buffer_bytes is not None
     result = run_shortflows(cfg, backend, cfg.buffer_bytes, opts, out, log=(lambda s: None) if a.json else None)
     print(json.dumps(result, indent=1) if a.json else format_shortflows(result, Path(a.out) if a.out else None))
-    return 0 if result["valid"] else 3
+    return exit_status(result)

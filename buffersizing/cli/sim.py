@@ -27,7 +27,7 @@ from bufsize.longlived.presets import DEFAULT_PRESET, preset
 from bufsize.longlived.search import SearchOptions
 from bufsize.longlived.sweep import search_rule
 from bufsize.scaffold.lists import parse_flow_list
-from bufsize.scaffold.resultdir import check_out_dir
+from bufsize.scaffold.resultdir import check_out_dir, exit_status
 from bufsize.topologies.config import parse_rtts
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.nssim import MAX_SIM_FLOWS, MAX_SIM_HOSTS, SIM_CCS, SIM_RTOS, SimConfig
@@ -189,7 +189,7 @@ def cmd_sim_search(a: argparse.Namespace) -> int:
         print(json.dumps(result, indent=1))
     elif out is not None:
         print(f"result written to {out}/result.json")
-    return 0 if result["valid"] else 3
+    return exit_status(result)
 
 
 def cmd_sim_measure(a: argparse.Namespace) -> int:
@@ -213,7 +213,7 @@ def cmd_sim_measure(a: argparse.Namespace) -> int:
     say = quiet_if(a.json) or (lambda s: print(s, file=sys.stderr, flush=True))
     result = run_sim_measure(cfg, a.buffer_packets, opts, out, say, a.start_buffer)
     print(json.dumps(result, indent=1) if a.json else format_measure(result, out))
-    return 0 if result["valid"] else 3
+    return exit_status(result)
 
 
 def cmd_sim_sweep(a: argparse.Namespace) -> int:

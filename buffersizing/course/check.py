@@ -19,10 +19,13 @@ from bufsize.scaffold.projectfiles import COURSE_RUNS_DIR
 from bufsize.theory.model import stanford_packets
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.errors import UsageError
+from bufsize.topologies.safefiles import read_bounded
 
 # The committed runs span a range; a student's single-probe search lands within it, widened by these
 # factors (a probe is one 6 s sample: the committed runs alone show how far one run moves the answer).
 WIDEN_LOW, WIDEN_HIGH = 0.5, 1.5
+# A starter's answers.json is a few KB: anything past this is not one.
+ANSWERS_LIMIT_BYTES = 1 << 20
 THEORY_REL_TOL = 0.005
 UTIL_ABS_TOL = 1e-6
 
@@ -37,17 +40,22 @@ class Check:
 def load_answers(path: Path) -> dict:
     f = path / "answers.json" if path.is_dir() else path
     try:
-        data = json.loads(f.read_text())
+        data = json.loads(read_bounded(f, ANSWERS_LIMIT_BYTES))
     except FileNotFoundError:
         raise UsageError(f"{f}: not found (the starter writes answers.json into its --out directory)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise UsageError(f"{f}: not readable as the starter's answers.json ({type(e).__name__})") from None
+    except (OSError, ValueError, RecursionError) as e:  # ValueError: bad UTF-8, bad JSON, a 5,000-digit int
+        raise UsageError(f"{f}: not readable as the starter's answers.json ({type(e).__name__}: {e})") from None
     if (
         not isinstance(data, dict)
         or not isinstance(data.get("points"), list)
         or not isinstance(data.get("config"), dict)
     ):
         raise UsageError(f"{f}: not the starter's answers.json (no config and points)")
+    for p in data["points"]:
+        for key in ("flows", "found_packets"):
+            v = p.get(key) if isinstance(p, dict) else None
+            if v is not None and not (isinstance(v, int | float) and -1e9 <= v <= 1e9):
+                raise UsageError(f"{f}: a point's {key} is {str(v)[:40]}, not a number the starter writes")
     return data
 
 

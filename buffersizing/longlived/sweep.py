@@ -33,6 +33,7 @@ from bufsize.scaffold.schema import stamp
 from bufsize.topologies.config import PACER_DEFAULT, DumbbellConfig, parse_rtts, resolve_shaper
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.safefiles import make_dirs
+from bufsize.topologies.units import digits
 from bufsize.traffic.longflows import MAX_FLOWS
 
 
@@ -204,7 +205,7 @@ def parse_points(text: str, spec: SweepSpec) -> list[tuple[int, int]]:
     points: list[tuple[int, int]] = []
     for part in text.split(","):
         n, sep, r = part.strip().partition(":")
-        if not (sep and n.isdigit() and r.isdigit()):
+        if not (sep and digits(n) and digits(r)):
             raise UsageError(f"--points {text}: expected N:run pairs separated by commas, like 2:1,10:1")
         point = (int(n), int(r))
         if point not in spec.points():

@@ -19,6 +19,7 @@ from bufsize.longlived.sweep import SweepSpec, finished, grown_manifest, point_d
 from bufsize.scaffold.resultdir import read_finished, write_json_atomic
 from bufsize.scaffold.schema import stamp
 from bufsize.topologies.errors import UsageError
+from bufsize.topologies.units import digits
 
 Point = tuple[int, int]
 DEFAULT_REMOTE_DIR = "/var/lib/bufsize-remote"
@@ -68,7 +69,7 @@ def parse_machine(text: str, default_user: str = "root") -> Machine:
         port = p if sep else port
         if not _NAME.fullmatch(addr):
             raise UsageError(bad)
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
+    if not digits(port) or not 1 <= int(port) <= 65535:
         raise UsageError(bad + " (the port must be 1 to 65535)")
     return Machine(user, addr, int(port))
 
@@ -192,7 +193,7 @@ def parse_points_text(text: str) -> list[Point]:
     out = []
     for part in text.split(","):
         n, sep, r = part.strip().partition(":")
-        if sep and n.isdigit() and r.isdigit():
+        if sep and digits(n) and digits(r):
             out.append((int(n), int(r)))
     return out
 

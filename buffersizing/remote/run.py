@@ -71,6 +71,7 @@ from bufsize.remote.plan import (
 from bufsize.remote.ssh import SSH_ERRORS, MachineCannotRun, MachineUnreachable, connect, explain, q, sh
 from bufsize.scaffold.resultdir import check_out_dir, table_rows
 from bufsize.topologies.errors import RunError, UsageError
+from bufsize.topologies.units import digits
 
 REPO = Path(__file__).resolve().parents[2]
 SETUP_TIMEOUT_S = 3600  # a fresh VM installs packages and builds the venv: minutes, not an hour
@@ -124,7 +125,10 @@ def readable_file(name: str, given: str) -> Path:
 
 
 def check_remote_dir(template: str) -> str:
+    # normpath keeps a leading '//' (POSIX leaves its meaning to the system): as '/' here, so that
+    # '//proc/x' is checked as the /proc it is.
     norm = posixpath.normpath(template)
+    norm = "/" + norm.lstrip("/") if norm.startswith("//") else norm
     if not _SAFE_DIR.fullmatch(norm) or norm in ("/", "/{machine}") or norm.split("/")[1] in ("proc", "sys", "dev"):
         raise UsageError(
             f"--remote-dir {template}: give an absolute directory of its own, like {DEFAULT_REMOTE_DIR} "
@@ -381,7 +385,7 @@ class Remote:
             f"echo $! > {q(p.runs)}/worker.pid; echo $!"
         )
         res = self.sh(script)
-        if res.exited != 0 or not res.stdout.strip().isdigit():
+        if res.exited != 0 or not digits(res.stdout.strip()):
             raise MachineCannotRun(f"{self.m.label}: could not start its worker: {res.stderr.strip()[-200:]}")
         self.owned = list(points)
         names = " ".join(f"N={n}/run{r}" for n, r in points)
@@ -406,7 +410,7 @@ class Remote:
         # The checksum is the remote's own: it guards the transfer, not the content, which is checked
         # member by member below (paths, types, sizes) and by the commit the result names.
         answer = res.stdout.split()
-        want, size = (answer[0], answer[2]) if len(answer) == 3 and answer[2].isdigit() else ("", "-1")
+        want, size = (answer[0], answer[2]) if len(answer) == 3 and digits(answer[2]) else ("", "-1")
         if not re.fullmatch(r"[0-9a-f]{64}", want) or not 0 <= int(size) <= MAX_POINT_ARCHIVE_BYTES:
             self.failed[point] = (
                 f"not pulled: its archive is over {MAX_POINT_ARCHIVE_BYTES >> 20} MB, or the machine's answer "

@@ -20,7 +20,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict
 from pathlib import Path
 
@@ -374,11 +374,28 @@ class Experiment:
                 self.deferred.release()
 
     def write(self, result: dict, write_extra: Callable[[Path], None] | None = None) -> None:
+        """result.json first, then the monitors' data and plots: a write that fails after the measurement
+        (a full disk, a directory planted where a CSV goes) costs that file, never the result. What could
+        not be written is said in one line and listed in the result (`files_not_written`); the result is
+        returned (and printed by the command) even when result.json itself could not be written."""
         out = self.out
         assert out is not None
-        self.write_data(write_extra)
-        write_json_atomic(out / "result.json", result)
+        try:
+            make_dirs(out)
+            write_json_atomic(out / "result.json", result)
+        except OSError as e:
+            result["files_not_written"] = [f"result.json: {e.strerror or e}"]
+            self.say(f"  result.json could not be written ({e.strerror or e}): the result is only what is printed")
+            return
         (out / "error.json").unlink(missing_ok=True)
+        try:
+            self.write_data(write_extra)
+        except OSError as e:
+            result["files_not_written"] = [f"the monitors' data: {e.strerror or e} ({e.filename or out})"]
+            self.say(f"  result.json written; the monitors' data not: {e.strerror or e} ({e.filename or out})")
+            with suppress(OSError):
+                write_json_atomic(out / "result.json", result)
+            return
         try:
             plot_run(out, fidelity_2012=FIDELITY_2012)
         except Exception as e:  # plots are a convenience; the data and result are already written

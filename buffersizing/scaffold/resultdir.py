@@ -16,7 +16,8 @@ import os
 from pathlib import Path
 
 from bufsize.topologies.errors import UsageError
-from bufsize.topologies.safefiles import UnsafePath, make_dirs, open_lock_file, write_atomic
+from bufsize.topologies.safefiles import UnsafePath, make_dirs, open_lock_file, read_bounded, write_atomic
+from bufsize.topologies.units import digits
 
 PSEUDO_FILESYSTEMS = ("/proc", "/sys", "/dev")
 NAME_MAX = 255  # bytes per name and per path on Linux (limits.h)
@@ -84,7 +85,7 @@ def lock_out_dir(path: Path, name: str = "--out") -> None:
     except BlockingIOError:
         holder = os.pread(fd, 64, 0).decode(errors="replace").split()
         os.close(fd)
-        who = f"PID {holder[0]}" if holder and holder[0].isdigit() else "its PID not recorded"
+        who = f"PID {holder[0]}" if holder and digits(holder[0]) else "its PID not recorded"
         raise UsageError(
             f"{name} {path}: another bufsize run is using it ({who}); wait for it to end, or choose another directory"
         ) from None
@@ -98,11 +99,19 @@ def write_json_atomic(path: Path, data: dict) -> None:
     write_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
+def exit_status(result: dict) -> int:
+    """A run's exit status: 1 when its result.json could not be written, else 0 when valid, 3 when
+    flagged."""
+    if any(f.startswith("result.json") for f in result.get("files_not_written") or []):
+        return 1
+    return 0 if result["valid"] else 3
+
+
 def read_finished(path: Path) -> dict | None:
     """A result file that parses as a JSON object, else None (absent, truncated or foreign)."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
+        data = json.loads(read_bounded(path))
+    except (OSError, ValueError, RecursionError):  # UnsafePath is an OSError; a 5,000-digit int a ValueError
         return None
     return data if isinstance(data, dict) else None
 
@@ -113,7 +122,7 @@ def table_rows(out: Path | None) -> list[dict[str, str]]:
     if out is None:
         return []
     try:
-        text = (out / "table.csv").read_text()
+        text = read_bounded(out / "table.csv")
     except FileNotFoundError:
         return []
     return list(csv.DictReader(io.StringIO(text)))

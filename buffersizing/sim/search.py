@@ -40,6 +40,7 @@ from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.nssim import HELPER, NS3_WHEEL, SimConfig, SimDumbbell, ns3_version
 from bufsize.topologies.safefiles import make_dirs
+from bufsize.topologies.units import digits
 
 # Simulated seconds the warm-up may be extended while flows are still starting (SYN backoff 1+2+4+8+16).
 MAX_START_S = 31.0
@@ -81,7 +82,7 @@ START_BUFFERS = ("calibration", "small")
 
 def check_start_buffer(choice: str) -> None:
     """--start-buffer: calibration, small, or a whole number of packets from 1."""
-    if choice not in START_BUFFERS and not (choice.isdigit() and 1 <= int(choice) <= 10_000_000):
+    if choice not in START_BUFFERS and not (digits(choice) and 1 <= int(choice) <= 10_000_000):
         raise UsageError(f"--start-buffer {choice}: calibration, small, or packets from 1 to 10000000")
 
 
