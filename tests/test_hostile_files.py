@@ -142,3 +142,50 @@ def test_a_write_that_fails_after_the_measurement_costs_that_file_not_the_result
     assert result["kind"] == "measure" and result["utilization"] > 0
     assert len(result["files_not_written"]) == 1 and "queue.csv" in result["files_not_written"][0]
     assert "result.json written; the monitors' data not" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("content", ["[]", '{"spec": [1]}', "[" * 100_000, ""])
+def test_a_series_file_that_is_not_one_is_refused(tmp_path, content):
+    from bufsize.shortflows.loss import LossSpec
+    from bufsize.shortflows.series import open_series
+
+    (tmp_path / "series.json").write_text(content)
+    with pytest.raises(UsageError, match="not a series file"):
+        open_series(tmp_path, LossSpec(), "delayline")
+
+
+def test_a_twin_sweep_manifest_nested_too_deep_is_refused(tmp_path):
+    from bufsize.sim.sweep import SimSweepSpec, open_sim_sweep
+
+    (tmp_path / "manifest.json").write_text("[" * 100_000)
+    spec = SimSweepSpec([10], 1, 400, 10.0, "20", "reno", 1000.0)
+    with pytest.raises(UsageError, match="not a sweep manifest"):
+        open_sim_sweep(tmp_path, spec)
+
+
+def test_plot_refuses_a_csv_field_past_the_csv_limit(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "result.json").write_text(json.dumps({"kind": "measure", "flows": 1}))
+    (run / "queue.csv").write_text("t,qlen\n" + "1" * 200_000 + ",1\n")
+    refused_cleanly(bufsize("plot", str(run)))
+
+
+def test_an_out_through_a_link_and_dotdot_is_the_directory_the_kernel_reaches(tmp_path):
+    from bufsize.scaffold.resultdir import check_out_dir
+
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "lnk").symlink_to(tmp_path / "real" / "sub")
+    got = check_out_dir(str(tmp_path / "lnk" / ".." / "new"))
+    assert got == tmp_path / "real" / "new" and got.is_dir()
+    assert not (tmp_path / "new").exists()  # the lexical reading was not created
+    assert sorted(p.name for p in got.iterdir()) == [".bsz-lock"]  # the write probe removed
+
+
+def test_an_out_through_a_link_into_proc_is_refused_and_leaves_nothing(tmp_path):
+    from bufsize.scaffold.resultdir import check_out_dir
+
+    (tmp_path / "p").symlink_to("/proc/self")
+    with pytest.raises(UsageError, match="pseudo-filesystem"):
+        check_out_dir(str(tmp_path / "p" / ".." / "bsz-out"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]

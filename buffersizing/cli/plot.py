@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -43,7 +44,8 @@ def plot_dir(
     dest = check_out_dir(out) if out is not None else None
     try:
         return _plot_dir(d, title, sim, [Path(b) for b in beside], dest)
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError, OverflowError) as e:
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError, OverflowError,
+            csv.Error) as e:  # fmt: skip
         # The files are the user's (or another version's): what they hold is reported, not a traceback.
         detail = " ".join(str(e).split())[:200]
         raise UsageError(f"{d}: cannot plot what it holds ({type(e).__name__}: {detail})") from e

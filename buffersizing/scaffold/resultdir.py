@@ -40,6 +40,10 @@ def check_out_dir(given: str | Path, name: str = "--out", create: bool = True) -
     if len(os.fsencode(os.path.abspath(path))) >= PATH_MAX:
         raise UsageError(f"{name}: the path is longer than {PATH_MAX - 1} bytes")
     resolved = path.resolve()
+    if ".." in path.parts:
+        # 'link/..' is where the kernel goes (the link's target's parent), not where a lexical walk
+        # would: the directory checked, created, probed and locked is the one the kernel reaches.
+        path = resolved
     if any(resolved == Path(p) or Path(p) in resolved.parents for p in PSEUDO_FILESYSTEMS):
         raise UsageError(f"{name} {path}: not a place for results (a kernel pseudo-filesystem)")
     if path.is_symlink():

@@ -8,7 +8,6 @@ experiment writes its table and figure (its report()); wall times are appended t
 from __future__ import annotations
 
 import csv
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -40,10 +39,9 @@ def open_series(out: Path, spec: SeriesSpec, backend: str) -> None:
     path = out / "series.json"
     mine = {"experiment": spec.experiment, "spec": asdict(spec)}  # type: ignore[call-overload]
     if path.exists():
-        try:
-            old = json.loads(path.read_text())
-        except ValueError as e:
-            raise UsageError(f"{path} is not a series file ({e}); choose another --out") from e
+        old = read_finished(path)  # bounded, a regular file, a JSON object; else None
+        if old is None or not isinstance(old.get("spec") or {}, dict):
+            raise UsageError(f"{path} is not a series file; choose another --out")
         # A setting added since the directory was made reads as its default (it was the only value then).
         old_spec = asdict(type(spec)()) | (old.get("spec") or {})  # type: ignore[call-overload]
         if {k: old.get(k) for k in mine} | {"spec": old_spec} != mine:

@@ -29,7 +29,7 @@ from bufsize.sim.search import check_start_buffer, run_sim_search, simulator_man
 from bufsize.topologies.config import parse_rtts
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.nssim import MAX_SIM_HOSTS, SimConfig
-from bufsize.topologies.safefiles import make_dirs, open_new
+from bufsize.topologies.safefiles import make_dirs, open_new, read_bounded
 
 
 @dataclass
@@ -103,8 +103,8 @@ def open_sim_sweep(out: Path, spec: SimSweepSpec) -> None:
                 "sender_pacing": False,
                 "start_spread_s": 1.0,
             }
-            old = made_before | json.loads(path.read_text())["spec"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
+            old = made_before | json.loads(read_bounded(path))["spec"]
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
             raise UsageError(f"{path} is not a sweep manifest; choose another --out") from e
         if old != spec.to_dict():
             diff = sorted(k for k in set(old) | set(spec.to_dict()) if old.get(k) != spec.to_dict().get(k))
