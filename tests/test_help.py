@@ -51,12 +51,17 @@ def test_help_ends_with_its_example_and_the_exit_statuses(name):
     assert callable(args.func)
 
 
+def committed(family: str) -> Path:
+    """The newest committed sweep of a family (its results, table and figure)."""
+    return sorted(t.parent for t in (REPO / "results" / family).glob("*/table.md") if not t.parent.is_symlink())[-1]
+
+
 def digest(d: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.iterdir()) if p.is_file()}
 
 
 def test_plot_out_draws_elsewhere_and_the_committed_results_stay_as_they_are(tmp_path):
-    sweep = REPO / "results" / "full" / "2026-11-27"
+    sweep = committed("full")  # any committed sweep: the protection is of the results/ tree
     before = digest(sweep)
     refused = subprocess.run([BUFSIZE, "plot", str(sweep)], capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "--out" in refused.stderr and "--force" in refused.stderr
@@ -73,7 +78,7 @@ def test_plot_out_draws_elsewhere_and_the_committed_results_stay_as_they_are(tmp
 
 def test_a_user_sweep_is_redrawn_in_place_without_asking(tmp_path):
     mine = tmp_path / "mine"
-    subprocess.run(["cp", "-r", str(REPO / "results" / "quick" / "2026-11-28-101501"), str(mine)], check=True)
+    subprocess.run(["cp", "-r", str(committed("quick")), str(mine)], check=True)
     (mine / "table.md").unlink()
     res = subprocess.run([BUFSIZE, "plot", str(mine)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
