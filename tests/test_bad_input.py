@@ -40,7 +40,7 @@ LISTS = {
     "--rtt-ms": ["1,,2", "20,40,60", "300..20", "1..", "..2", "1..2..3", "nan..5", "5..inf", "-1..5", "20;40"],
 }
 LIST_OPTIONS = {("sweep", "--flows"), ("remote", "--flows"), ("util-table", "--flows"), ("util-table", "--multiples"),
-                ("sim sweep", "--flows")}  # fmt: skip
+                ("sim sweep", "--flows"), ("sim util-table", "--flows"), ("sim util-table", "--multiples")}  # fmt: skip
 MODEL_LISTS = {
     "--rtt-ms": [",", "1,,2", "nan,5", "0,5", "-1,5", "5,inf", "5;6"],
     "--buffer-packets": [",", "1,,2", "x,1", "nan", "1,inf", "-1,2", "1;2"],
@@ -64,6 +64,7 @@ BASE = {
     "sim search": ["--out", OUT],
     "sim measure": ["--buffer-packets", "10", "--out", OUT],
     "sim sweep": ["--out", OUT, "--flows", "2"],
+    "sim util-table": ["--out", OUT],
     "sim shortexp": ["loss", "--out", OUT],
 }
 SHORTFLOWS_VALID = {
@@ -84,10 +85,12 @@ VALID: dict[tuple[str, str], set[str]] = {
     **{(c, "--access-mbps"): {"0"} for c in ("verify", "flows", "search", "sweep", "measure", "util-table", "shell")},
     ("remote", "--access-mbps"): {"0"},
     **{(c, "--fidelity-s"): {"0"} for c in ("search", "sweep", "remote", "measure", "util-table")},  # 0 skips the trace
-    **{(c, "--reference-s"): {"0"} for c in ("measure", "util-table", "sim measure")},  # 0 skips the reference
+    # 0 skips the reference
+    **{(c, "--reference-s"): {"0"} for c in ("measure", "util-table", "sim measure", "sim util-table")},
     # measure may sample right after a buffer change; search only asks for a positive settle time.
-    **{(c, "--settle-s"): {"0", "1e-9"} for c in ("measure", "util-table")},
-    **{(c, "--warmup-s"): {"0", "1e-9"} for c in ("measure", "util-table", "sim measure")},  # measured at once
+    **{(c, "--settle-s"): {"0", "1e-9"} for c in ("measure", "util-table", "sim util-table")},
+    # measured at once
+    **{(c, "--warmup-s"): {"0", "1e-9"} for c in ("measure", "util-table", "sim measure", "sim util-table")},
     **{(c, "--settle-s"): {"1e-9"} for c in ("search", "sweep", "remote")},
     # 0 means: stop when the bracket is one packet wide.
     **{(c, "--resolution"): {"0", "1e-9"} for c in ("search", "sweep", "remote")},
@@ -111,7 +114,7 @@ VALID: dict[tuple[str, str], set[str]] = {
     **{("sim " + c, "--max-samples"): {"0"} for c in ("search", "sweep")},
     **{("sim " + c, "--precision"): {"0"} for c in ("search", "sweep")},
     # 0: every long flow starts at the same simulated instant.
-    **{("sim " + c, "--start-spread-s"): {"0", "1e-9"} for c in ("search", "measure", "sweep")},
+    **{("sim " + c, "--start-spread-s"): {"0", "1e-9"} for c in ("search", "measure", "sweep", "util-table")},
     # A measurement may start right after the buffer changes (a path of no delay needs --reference-s 0,
     # as the emulated measure: its reference buffer of 2 BDP would be empty).
     ("sim measure", "--settle-s"): {"0", "1e-9"},
@@ -215,6 +218,7 @@ def in_process(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr("bufsize.sim.search.run_sim_search", tripwire)
     monkeypatch.setattr("bufsize.sim.sweep.run_sim_sweep", tripwire)
     monkeypatch.setattr("bufsize.sim.shortexp.run_twin_series", tripwire)
+    monkeypatch.setattr("bufsize.longlived.utiltable.run_util_table", tripwire)  # sim util-table: it would simulate
     monkeypatch.setattr(cli.signal, "signal", lambda *a: None)  # main's handlers are for a whole process
     monkeypatch.chdir(tmp_path)  # plot's 'nan', 'inf', ... are paths relative to here
 

@@ -221,7 +221,7 @@ def sweep_args(out: Path) -> list[str]:
 
 
 @pytest.mark.integration
-def test_sweep_records_failed_point_goes_on_and_retries_only_it(no_leftovers, tmp_path):
+def test_sweep_records_failed_point_goes_on_and_retries_only_it_after_a_hard_crash(no_leftovers, tmp_path):
     out = tmp_path / "sweep"
     before = global_sysctls()
     run = Run(*sweep_args(out))
@@ -242,6 +242,24 @@ def test_sweep_records_failed_point_goes_on_and_retries_only_it(no_leftovers, tm
     assert json.loads(second.read_text())["flows"] == 4, "the sweep did not go on to the second point"
     assert_nothing_left(st, before)
     kept = second.read_bytes()
+
+    # A hard crash while the failed point is retried: SIGKILL to the sweep itself, which tears nothing
+    # down (its children die with it; its namespaces, ledger and sysctls stay for `bufsize clean`),
+    # and the point's result.json cut short, as a kill in the middle of a plain write would leave it.
+    crash = Run(*sweep_args(out))
+    try:
+        crashed = crash.ledger(timeout=120)
+        crash.wait_line(FIRST_PROBE)
+        crash.proc.send_signal(signal.SIGKILL)
+        crash.proc.wait(timeout=30)
+    finally:
+        crash.kill()
+    assert any(ns_exists(n) for n in crashed["namespaces"]), "a SIGKILLed run cannot have torn down"
+    (out / "n0002-run1" / "result.json").write_text('{"flows": 2, "buffer_pack')
+    cleaned = bufsize("clean")
+    assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
+    assert_nothing_left(crashed, before)
+    assert second.read_bytes() == kept
 
     again = bufsize(*sweep_args(out), timeout=400)
     assert again.returncode == 0, again.stderr[-3000:]

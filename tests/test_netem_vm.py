@@ -296,9 +296,9 @@ def test_auto_picks_the_line_in_the_delay_line_on_the_stock_kernel(show):
 
 def test_a_short_measure_with_the_defaults_runs_on_the_line_and_reports_its_fidelity(no_leftovers, show):
     """`bufsize measure` with the default shaper and delay backend on the stock kernel: it runs on the
-    line, says so in the result, and reports the link's fidelity (or why there is none). Timing is not
-    judged: the guest is emulated. No --out: writing the files is the host's to test, and drawing the
-    plots took 100 of this test's 140 s under TCG (2026-11-29)."""
+    line, says so in the result, and reports the link's fidelity. Only the median gap is judged: the
+    guest's CPU is emulated. No --out: writing the files is the host's to test, and drawing the
+    plots took most of this test's time under TCG."""
     cfg = config("auto", buffer_bytes=20 * FRAME_BYTES)
     backend = resolve_backend(cfg.delay_backend, qdisc_support(), HELPER.exists(), cfg.shaper)
     assert backend == "delayline"
@@ -309,8 +309,11 @@ def test_a_short_measure_with_the_defaults_runs_on_the_line_and_reports_its_fide
     assert result["config"]["shaper"] == "line" and result["delay_backend"] == "delayline"
     assert result["shaper_choice"]["requested"] == "auto" and result["shaper_choice"]["used"] == "line"
     assert result["manifest"]["shaper"] == "line"
+    # The stock kernel has what the fidelity trace needs, so it must be there; the tails of the gaps are
+    # the emulated CPU's, but the median gap is the line's own pacing (here within 0.1 % of a frame time).
     fid = result["fidelity"]
-    assert fid.get("available") is True and "frac_gt10" in fid or fid.get("reason"), fid
+    assert fid.get("available") is True and fid["gaps_busy"] >= 100, fid
+    assert abs(fid["median_gap_us"] - fid["ideal_us"]) <= 0.1 * fid["ideal_us"], fid
 
 
 # ---- verify from each backend -------------------------------------------------------------------

@@ -21,9 +21,11 @@ EXPERIMENTS = [
     ["sweep", "--preset", "quick"],
     ["sweep", "--flows", "2,10", "--link", "simulated"],
     ["util-table", "--out", "never-made", "--flows", "100"],
+    ["util-table", "--out", "never-made", "--flows", "100", "--link", "simulated"],
     ["quick"],
     ["shortflows", "--users", "5", "--duration", "10", "--buffer-packets", "20"],
     ["shortexp", "loss", "--out", "never-made"],
+    ["shortexp", "loss", "--out", "never-made", "--link", "simulated"],
     ["sim", "shortexp", "mix", "--out", "never-made"],
 ]
 

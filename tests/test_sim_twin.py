@@ -289,3 +289,25 @@ def test_sim_measure_reports_utilization_loss_and_its_cost(tmp_path):
     assert tight["retrans_segs"] > 0 and tight["loss_probes"] == 0 and tight["probes_per_retrans"] == 0
     assert tight["timeouts_per_retrans"] == round(tight["timeouts"] / tight["retrans_segs"], 4)
     assert tight["timeouts_per_retrans"] > (got[40]["tcp"]["timeouts_per_retrans"] or 0)
+
+
+@pytest.mark.slow  # tens of seconds of simulation: make test, not make fast
+def test_util_table_on_the_twin_writes_the_emulated_table_and_resumes(tmp_path):
+    """`util-table --link simulated`: the emulated table's rows and columns, each row measured by the
+    twin's measure, the table saying where it ran; a re-run keeps the rows it has."""
+    out = tmp_path / "util"
+    args = [BUFSIZE, "util-table", "--link", "simulated", "--flows", "100", "--multiples", "0.5,3", "--hosts", "20",
+            "--rate-mbps", "20", "--rtt-ms", "20..40", "--duration", "10", "--warmup-s", "5", "--reference-s", "5",
+            "--json", "--out", str(out)]  # fmt: skip
+    res = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    table = json.loads(res.stdout)["table"]
+    assert [(int(r["flows"]), float(r["multiple"]), int(float(r["buffer_packets"]))) for r in table] == [
+        (100, 0.5, 64), (100, 3.0, 387)]  # fmt: skip
+    small, large = (float(r["emulator_pct"]) for r in table)
+    assert 50 < small <= large + 0.1 and large <= 100.0, table  # more buffer serves no less on an exact link
+    result = json.loads((out / "n0100" / "result.json").read_text())
+    assert result["kind"] == "sim-measure" and len(result["points"]) == 2
+    assert "on the ns-3 twin" in (out / "table.md").read_text()
+    again = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "done earlier, kept" in again.stderr

@@ -135,18 +135,30 @@ def test_sigkill_leaves_state_that_clean_removes_and_nothing_else(no_leftovers):
         subprocess.run(["ip", "netns", "delete", foreign], check=False)
 
 
-def test_clean_removes_orphaned_namespaces_by_prefix(no_leftovers):
+def test_clean_removes_an_empty_orphaned_namespace_and_signals_nobody_in_one(no_leftovers):
+    """A bsz- namespace no ledger names is deleted when empty; with a process in it (anyone may name a
+    namespace bsz-...), clean signals nobody, leaves it, says so in one line and exits 1."""
     name = f"{netns.PREFIX}orphan{os.getpid()}"
     subprocess.run(["ip", "netns", "add", name], check=True)
     sleeper = subprocess.Popen(netns.in_ns(name, ["sleep", "60"]))
     try:
+        deadline = time.monotonic() + 10
+        while sleeper.pid not in netns.pids_in(name):  # `ip netns exec` has switched and exec'd
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
         res = bufsize("clean")
-        assert res.returncode == 0
-        assert name not in ours()
-        assert sleeper.wait(timeout=5) != 0
+        assert res.returncode == 1, res.stdout + res.stderr
+        assert f"namespace {name} left: no run's ledger names it" in res.stderr and str(sleeper.pid) in res.stderr
+        assert sleeper.poll() is None and name in ours()
+        sleeper.kill()  # ours, by PID
+        sleeper.wait(timeout=5)
+        res = bufsize("clean")
+        assert res.returncode == 0, res.stderr
+        assert f"removed namespace {name}" in res.stdout and name not in ours()
     finally:
         if sleeper.poll() is None:
             sleeper.kill()
+            sleeper.wait(timeout=5)
         subprocess.run(["ip", "netns", "delete", name], check=False, capture_output=True)
 
 

@@ -178,12 +178,14 @@ def host_namespaces() -> set[tuple[int, int]]:
     return {i for i in (net_ns_id(1), net_ns_id(os.getpid())) if i is not None}
 
 
-def remove_namespace(ns: str, refused: list[str] | None = None) -> list[str]:
+def remove_namespace(ns: str, refused: list[str] | None = None, recorded: bool = True) -> list[str]:
     """Stop what runs inside one of the toolkit's namespaces (started by the run that made it), then delete it.
 
     A name that is the host's own namespace (`ip netns attach bsz-x 1`, by mistake or not) gets its
     name removed and nothing signalled; each process is signalled only while it is still in that
-    namespace (proc.stop_process checks through a pidfd)."""
+    namespace (proc.stop_process checks through a pidfd). `recorded=False`: a namespace no run's
+    ledger names (only its bsz- name says it might be ours): nobody in it is signalled, since anyone
+    can give a namespace that name; it is deleted only when empty, and otherwise left and said."""
     if not ns.startswith(netns.PREFIX):  # never anyone else's, whoever asks
         return []
     try:
@@ -196,6 +198,14 @@ def remove_namespace(ns: str, refused: list[str] | None = None) -> list[str]:
         if refused is not None:
             what = "is the host's own network namespace" if ns_id else "cannot be identified"
             refused.append(f"namespace {ns} {what}: no process in it was signalled")
+    elif not recorded and (inside := netns.pids_in(ns)):
+        if refused is not None:
+            pids = ", ".join(map(str, inside[:5]))
+            refused.append(
+                f"namespace {ns} left: no run's ledger names it, and processes are in it ({pids}); "
+                "none was signalled. End them, then clean again"
+            )
+        return []
     else:
         for pid in netns.pids_in(ns):
             if pid > 1 and stop_process(pid, start_time(pid), grace=1.0, netns=ns_id):
@@ -242,7 +252,7 @@ def clean_leftovers() -> CleanReport:
                 if refused_prefixes and ns.startswith(refused_prefixes):
                     report.refused.append(f"namespace {ns} left: its run's ledger was refused")
                     continue
-                report.removed += remove_namespace(ns, report.refused)
+                report.removed += remove_namespace(ns, report.refused, recorded=False)
     with state_lock():
         done, bad = sysctl.restore_orphaned_globals()
     report.removed += done

@@ -103,14 +103,14 @@ def add_link_commands(command: Command) -> None:
     s.set_defaults(samples=None, resolution=None, max_samples=None, precision=None, target=None)
     add_result_args(s, "result.json, samples.csv and the monitors' data")
     options.add_print_config_arg(s)
-    add_link_choice(s, "search")
+    options.add_link_choice(s, "search")
 
     w = command("sweep", commands.cmd_sweep, "one search per (N, run) into a resumable sweep directory, then plot it")
     options.add_sweep_args(w)
     w.add_argument("--out", help="sweep directory; re-running the same command resumes it (needed but for"
                    " --print-config)")  # fmt: skip
     w.add_argument("--points", help="only these N:run points of the sweep, e.g. 2:1,10:1 (what bufsize remote uses)")
-    add_link_choice(w, "sweep")
+    options.add_link_choice(w, "sweep")
     add_report_args(w, "the plan")
     options.add_print_config_arg(w)
 
@@ -122,7 +122,7 @@ def add_link_commands(command: Command) -> None:
     add_measure_args(m)
     add_result_args(m, "result.json, the monitors' CSVs and plots")
     options.add_print_config_arg(m)
-    add_link_choice(m, "measure")
+    options.add_link_choice(m, "measure")
 
     add_table_commands(command)
 
@@ -153,14 +153,12 @@ def add_table_commands(command: Command) -> None:
     u = command(
         "util-table", commands.cmd_util_table, "seed 000 Fig 15: utilization at 0.5-3 x RTT*C/sqrt(n) beside the GSR"
     )
-    u.add_argument("--out", required=True, help="directory (re-running the same command keeps finished rows)")
-    u.add_argument("--flows", default="100,200,300,400", help="numbers of flows (default 100,200,300,400)")
-    u.add_argument("--multiples", default="0.5,1,2,3", help="buffers as multiples of 1291/sqrt(n) packets")
-    u.add_argument("--hosts", type=int, default=400, help="most sender hosts (default 400)")
+    options.add_util_table_args(u)
     add_link_args(u, rate=155.0, rtt="80..120")
     add_measure_args(u)
     u.add_argument("--json", action="store_true", help="print the table's rows and files as JSON (progress on stderr)")
     options.add_print_config_arg(u)
+    options.add_link_choice(u, "util-table")
 
 
 def add_tool_commands(command: Command) -> None:
@@ -199,18 +197,7 @@ def add_report_args(p: argparse.ArgumentParser, plan: str) -> None:
 # The experiments that run on either link. `--link simulated` hands the command line to the twin's
 # parser (bufsize sim CMD), which offers only the options that mean something in a simulation: one
 # asked for on the wrong link is refused by name as an unrecognized argument, before anything runs.
-LINK_COMMANDS = ("search", "measure", "sweep")
-LINKS = ("emulated", "simulated")
-
-
-def add_link_choice(p: argparse.ArgumentParser, cmd: str) -> None:
-    p.add_argument(
-        "--link",
-        choices=LINKS,
-        default="emulated",
-        help="emulated (default): real kernel TCP over the emulated dumbbell, as root; simulated: the same"
-        f" experiment on the ns-3 twin, no root (its options: bufsize {cmd} --link simulated --help)",
-    )
+LINK_COMMANDS = ("search", "measure", "sweep", "util-table", "shortexp")
 
 
 def route_link(argv: list[str]) -> list[str]:
@@ -226,10 +213,10 @@ def route_link(argv: list[str]) -> list[str]:
             rest += argv[i:]
             break
         value = arg.split("=", 1)[1] if arg.startswith("--link=") else None
-        if arg == "--link" and i + 1 < len(argv) and argv[i + 1] in LINKS:
+        if arg == "--link" and i + 1 < len(argv) and argv[i + 1] in options.LINKS:
             value = argv[i + 1]
             i += 1
-        if value in LINKS:
+        if value in options.LINKS:
             links.append(value)
         else:
             rest.append(arg)

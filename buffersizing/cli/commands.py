@@ -136,7 +136,7 @@ def cmd_measure(a: argparse.Namespace) -> int:
 
 
 def cmd_util_table(a: argparse.Namespace) -> int:
-    from bufsize.longlived.utiltable import MAX_MULTIPLE, check_table, run_util_table
+    from bufsize.longlived.utiltable import MAX_MULTIPLE, check_table, emulated_rows, run_util_table
 
     flows = lists.parse_flow_list(a.flows)
     multiples = lists.parse_float_list("--multiples", a.multiples, 0, MAX_MULTIPLE)
@@ -148,7 +148,13 @@ def cmd_util_table(a: argparse.Namespace) -> int:
     require_root()
     out = check_out_dir(a.out)  # before the backend probe builds its namespace
     backend = delay_backend(a.delay_backend, a.shaper)
-    paths = run_util_table(out, flows, multiples, a.hosts, configs.get, opts.get, backend, stderr_say)
+    measure = emulated_rows(configs.__getitem__, opts.__getitem__, backend, stderr_say)
+    paths = run_util_table(out, flows, multiples, a.hosts, configs.__getitem__, opts.__getitem__, measure, stderr_say)
+    return table_written(a, out, paths)
+
+
+def table_written(a: argparse.Namespace, out: Path, paths: list[Path]) -> int:
+    """What util-table prints when its table is written, on either link."""
     if a.json:
         print(json.dumps({"out": str(out), "wrote": [str(p) for p in paths], "table": table_rows(out)}, indent=1))
     for path in [] if a.json else paths:

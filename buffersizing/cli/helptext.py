@@ -31,6 +31,7 @@ EXAMPLES = {
     "sim search": "bufsize sim search --flows 100 --out /tmp/twin100",
     "sim measure": "bufsize sim measure --flows 4 --rate-mbps 10 --rtt-ms 20 --buffer-packets 4 --duration 20",
     "sim sweep": "bufsize sim sweep --flows 10,50,200 --seeds 3 --out /tmp/twin-sweep",
+    "sim util-table": "bufsize sim util-table --flows 100,200 --duration 20 --out /tmp/twin-util",
     "sim shortexp": "bufsize sim shortexp loss --out /tmp/twin-loss",
     "validate": "bufsize validate results/",
     "clean": "bufsize clean",

@@ -252,6 +252,28 @@ def plain(x: object) -> object:
     return x if isinstance(x, str | int | float | bool | type(None)) else str(x)
 
 
+LINKS = ("emulated", "simulated")
+
+
+def add_link_choice(p: argparse.ArgumentParser, cmd: str) -> None:
+    """--link, on the commands that run on either link (cli.route_link hands `--link simulated` to the twin)."""
+    p.add_argument(
+        "--link",
+        choices=LINKS,
+        default="emulated",
+        help="emulated (default): real kernel TCP over the emulated dumbbell, as root; simulated: the same"
+        f" experiment on the ns-3 twin, no root (its options: bufsize {cmd} --link simulated --help)",
+    )
+
+
+def add_util_table_args(p: argparse.ArgumentParser) -> None:
+    """The util-table's directory, rows (n) and columns (buffers), on either link."""
+    p.add_argument("--out", required=True, help="directory (re-running the same command keeps finished rows)")
+    p.add_argument("--flows", default="100,200,300,400", help="numbers of flows (default 100,200,300,400)")
+    p.add_argument("--multiples", default="0.5,1,2,3", help="buffers as multiples of 1291/sqrt(n) packets")
+    p.add_argument("--hosts", type=int, default=400, help="most sender hosts (default 400)")
+
+
 def add_measure_args(p: argparse.ArgumentParser) -> None:
     add_measure_timing_args(p)
     p.add_argument("--fidelity-s", type=float, default=2.0, help="seconds of pacing trace (0: skip)")

@@ -71,6 +71,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         ", mix (seed 000 Figs 13-14) or transfer (seed 003: web transfer times at C x RTT and C x RTT/sqrt(N))",
     )
     e.add_argument("name", choices=("fig10", "fig12", "loss", "mix", "transfer"))
+    options.add_link_choice(e, "shortexp loss")  # loss and mix run on the twin too
     e.add_argument("--out", required=True, help="directory; re-running the same command resumes it")
     e.add_argument("--duration", type=float,
                    help="measured seconds per point or ladder step (default 40; fig12 30, loss 60)")  # fmt: skip

@@ -21,24 +21,28 @@ from bufsize.cli.options import (
     add_result_args,
     add_search_args,
     add_sender_pacing_arg,
+    add_util_table_args,
     printed_config,
 )
 from bufsize.longlived.presets import DEFAULT_PRESET, preset
 from bufsize.longlived.search import SearchOptions
 from bufsize.longlived.sweep import search_rule
-from bufsize.scaffold.lists import parse_flow_list
+from bufsize.scaffold.lists import parse_float_list, parse_flow_list
 from bufsize.scaffold.resultdir import check_out_dir, exit_status
+from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import parse_rtts
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.nssim import MAX_SIM_FLOWS, MAX_SIM_HOSTS, SIM_CCS, SIM_RTOS, SimConfig
 
 
-def add_sim_link_args(p: argparse.ArgumentParser, hosts_help: str, by_preset: bool = False) -> None:
-    """The twin's link options; `by_preset`: the rate, RTT and cc default to the preset's (search, sweep)."""
-    p.add_argument("--hosts", type=int, help=hosts_help)
+def add_sim_link_args(p: argparse.ArgumentParser, hosts_help: str, by_preset: bool = False, **path: object) -> None:
+    """The twin's link options; `by_preset`: the rate, RTT and cc default to the preset's (search, sweep);
+    `path`: other defaults for add_path_args (util-table's 155 Mb/s)."""
+    if "hosts" not in {a.dest for a in p._actions}:  # util-table's comes with its rows
+        p.add_argument("--hosts", type=int, help=hosts_help)
     # ns-3's TcpLinuxReno, TcpCubic or TcpBbr.
     none = {"rate": None, "rtt": None, "cc": None} if by_preset else {}
-    add_path_args(p, ccs=SIM_CCS, access_help="access link rate (default 1000)", **none)
+    add_path_args(p, ccs=SIM_CCS, access_help="access link rate (default 1000)", **none, **path)  # type: ignore[arg-type]
     p.add_argument(
         "--start-spread-s",
         type=float,
@@ -49,13 +53,20 @@ def add_sim_link_args(p: argparse.ArgumentParser, hosts_help: str, by_preset: bo
     )
 
 
-def add_start_buffer_arg(p: argparse.ArgumentParser) -> None:
+def add_start_buffer_arg(p: argparse.ArgumentParser, measure: bool = False) -> None:
+    """--start-buffer: where the flows start, below the calibration (search) or warm-up (measure) buffer."""
+    if measure:
+        text = ("the buffer the flows start at: calibration (the warm-up buffer, 2 BDP, default, as emulated), "
+                "small (the smallest buffer measured, at least one packet per flow) or packets; the warm-up then "
+                "runs again at the warm-up buffer")  # fmt: skip
+    else:
+        text = ("the buffer the flows start at before calibration: calibration (2 BDP, default, as emulated), "
+                "small (the model's first probe, at least one packet per flow) or packets")  # fmt: skip
     p.add_argument(
         "--start-buffer",
         default="calibration",
-        help="the buffer the flows start at before calibration: calibration (2 BDP, default, as emulated), "
-        "small (the model's first probe, at least one packet per flow) or packets; a small one keeps slow start "
-        "from overshooting a large buffer, which at 1 Gb/s and above costs the simulator hours (docs/twin.md)",
+        help=text + "; a small one keeps slow start from "
+        "overshooting a large buffer, which at 1 Gb/s and above costs the simulator hours (docs/twin.md)",
     )
 
 
@@ -82,13 +93,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--buffer-packets", type=int, required=True, help="bottleneck buffer in packets")
     add_sender_pacing_arg(m)  # search and sweep have it from add_search_args
     add_measure_timing_args(m)  # the emulated measure's own, in simulated seconds
-    m.add_argument(
-        "--start-buffer",
-        default="calibration",
-        help="the buffer the flows start at: calibration (the warm-up buffer, 2 BDP, default, as emulated), "
-        "small (the buffer measured, at least one packet per flow) or packets; the warm-up then runs again "
-        "at the warm-up buffer",
-    )
+    add_start_buffer_arg(m, measure=True)
     add_result_args(m, "result.json")
     add_print_config_arg(m)
     m.set_defaults(func=cmd_sim_measure)
@@ -106,6 +111,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    " --print-config)")  # fmt: skip
     add_print_config_arg(w)
     w.set_defaults(func=cmd_sim_sweep)
+
+    u = cmds.add_parser("util-table", help="seed 000 Fig 15 on the twin: utilization at 0.5-3 x RTT*C/sqrt(n)")
+    add_util_table_args(u)
+    add_sim_link_args(u, "most sender hosts; row n uses min(n, this)", rate=155.0, rtt="80..120")
+    u.add_argument("--seed", type=int, default=1, help="the simulation's seed (default 1)")
+    add_sender_pacing_arg(u)
+    add_measure_timing_args(u)
+    add_start_buffer_arg(u, measure=True)
+    u.add_argument("--json", action="store_true", help="print the table's rows and files as JSON (progress on stderr)")
+    add_print_config_arg(u)
+    u.set_defaults(func=cmd_sim_util_table)
 
     e = cmds.add_parser("shortexp", help="a short-flow experiment on the twin: loss (seed 001 Fig 1) or mix "
                         "(seed 000 Figs 13-14)")  # fmt: skip
@@ -211,7 +227,7 @@ def cmd_sim_measure(a: argparse.Namespace) -> int:
         return 0
     out = result_dir(a)
     say = quiet_if(a.json) or (lambda s: print(s, file=sys.stderr, flush=True))
-    result = run_sim_measure(cfg, a.buffer_packets, opts, out, say, a.start_buffer)
+    result = run_sim_measure(cfg, [a.buffer_packets], opts, out, say, a.start_buffer)
     print(json.dumps(result, indent=1) if a.json else format_measure(result, out))
     return exit_status(result)
 
@@ -243,6 +259,35 @@ def cmd_sim_sweep(a: argparse.Namespace) -> int:
     return 0 if not res["failed"] else 1
 
 
+def cmd_sim_util_table(a: argparse.Namespace) -> int:
+    """The emulated util-table's rows and columns, each row measured on the twin (sim/measure.py)."""
+    from bufsize.cli.commands import table_written
+    from bufsize.longlived.measure import MeasureOptions
+    from bufsize.longlived.utiltable import MAX_MULTIPLE, check_table, run_util_table
+    from bufsize.sim.measure import run_sim_measure
+    from bufsize.sim.search import check_start_buffer
+
+    flows = parse_flow_list(a.flows)
+    multiples = parse_float_list("--multiples", a.multiples, 0, MAX_MULTIPLE)
+    check_table(flows, multiples, a.hosts)  # the emulated table's limits: the same rows and columns
+    configs = {n: sim_config(a, n, min(n, a.hosts), a.seed) for n in flows}
+    opts = {n: MeasureOptions(n, a.duration, a.settle_s, a.sample_s, a.reference_s, warmup_s=a.warmup_s,
+                              fidelity_s=0.0) for n in flows}  # fmt: skip
+    for n in flows:
+        opts[n].validate(configs[n])
+    check_start_buffer(a.start_buffer)
+    if printed_config(a, {"multiples": multiples, "configs": configs, "options": opts, "start_buffer": a.start_buffer}):
+        return 0
+    out = check_out_dir(a.out)
+    say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+
+    def measure(n: int, buffers: list[int], d: Path) -> None:
+        run_sim_measure(configs[n], [b // FRAME_BYTES for b in buffers], opts[n], d, say, a.start_buffer)
+
+    paths = run_util_table(out, flows, multiples, a.hosts, configs.__getitem__, opts.__getitem__, measure, say)
+    return table_written(a, out, paths)
+
+
 def cmd_sim_shortexp(a: argparse.Namespace) -> int:
     from bufsize.cli.shortflows import experiment_spec
     from bufsize.shortflows.loss import LossSpec
@@ -266,4 +311,6 @@ def cmd_sim_shortexp(a: argparse.Namespace) -> int:
     res = run_twin_series(out, spec, beside, tcp)
     print(f"{res['finished']} of {res['points']} points finished in {out}/ (table.md, figure.png"
           f"{', beside.md' if beside else ''})")  # fmt: skip
-    return 0
+    for f in res["failed"]:
+        print(f"failed: {f}")
+    return 0 if not res["failed"] else 1

@@ -1,8 +1,7 @@
 """A sweep: one search per (N, run), each in its own directory, resumable.
 
     SWEEP/manifest.json           the sweep's settings and the machine it ran on
-    SWEEP/n0010-run1/result.json  one finished point (written atomically, last)
-    SWEEP/n0010-run1/error.json   a point that failed; re-running the sweep tries it again
+    SWEEP/n0010-run1/...          one point (points.py)
 
 Points run in run-major order (every N of run 1, then run 2, ...), so a sweep stopped early still
 has a whole curve. A point is finished when its result.json exists; re-running the same command
@@ -16,13 +15,13 @@ import json
 import math
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from bufsize.longlived.dynamics import estimate_search_seconds
+from bufsize.longlived.points import Sweep, clock, finished, point_dir, run_points
 from bufsize.longlived.presets import DEFAULT_PRESET, preset
 from bufsize.longlived.search import FirstGuess, SearchOptions, default_samples, run_search
 from bufsize.monitors.cpu import SAMPLE_STEAL_LIMIT
@@ -32,7 +31,6 @@ from bufsize.scaffold.resultdir import check_out_dir, read_finished, write_json_
 from bufsize.scaffold.schema import stamp
 from bufsize.topologies.config import PACER_DEFAULT, DumbbellConfig, parse_rtts, resolve_shaper
 from bufsize.topologies.errors import UsageError
-from bufsize.topologies.safefiles import make_dirs
 from bufsize.topologies.units import digits
 from bufsize.traffic.longflows import MAX_FLOWS
 
@@ -216,21 +214,6 @@ def parse_points(text: str, spec: SweepSpec) -> list[tuple[int, int]]:
     return points
 
 
-def point_dir(out: Path, flows: int, run: int) -> Path:
-    return out / f"n{flows:04d}-run{run}"
-
-
-def clock(seconds: float) -> str:
-    s = int(round(seconds))
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
-
-
-def finished(out: Path, flows: int, run: int) -> bool:
-    """A point is finished when its result.json parses and is the search it should be (not a truncated file)."""
-    r = read_finished(point_dir(out, flows, run) / "result.json")
-    return r is not None and r.get("flows") == flows and "buffer_packets" in r
-
-
 def sweep_guess(out: Path, spec: SweepSpec, flows: int, run: int) -> FirstGuess | None:
     """A first probe from this sweep's converged answers: the median of the other
     runs at the same N, else the nearest N's median scaled by sqrt(N'/N): from each N to the next, that
@@ -341,46 +324,18 @@ def run_sweep(
     only: list[tuple[int, int]] | None = None,
     allow_mixed_shapers: bool = False,
 ) -> dict:
-    """Every point of the sweep, or `only` those (in the sweep's order; another machine runs the rest)."""
+    """Every point of the sweep, or `only` those (in the sweep's order; another machine runs the rest),
+    one at a time in this process (points.run_points)."""
     say = log or (lambda s: print(s, file=sys.stderr, flush=True))
     spec.validate()
     open_sweep(out, spec, backend, allow_mixed_shapers)
     say(f"shaper: {sweep_shapers(spec, backend)}, delay backend: {backend}")
+
+    def search(n: int, r: int, d: Path) -> None:
+        run_search(spec.config(n), backend, spec.options(n), d, log=say, hint=sweep_guess(out, spec, n, r))
+
     points = [p for p in spec.points() if only is None or p in only]
-    todo = [(n, r) for n, r in points if not finished(out, n, r)]
-    if len(todo) < len(points):
-        say(f"resuming {out}: {len(points) - len(todo)} of {len(points)} points already finished, skipped")
-    t0 = time.monotonic()
-    estimates = {n: spec.estimate(n) for n in spec.flows}
-    spent = estimated_done = 0.0
-    failed: list[str] = []
-    for i, (n, r) in enumerate(todo):
-        remaining = sum(estimates[m] for m, _ in todo[i:])
-        # Scale the model's estimate by how this machine has done so far in this sweep.
-        eta = remaining * (spent / estimated_done if estimated_done else 1.0)
-        done = len(points) - len(todo) + i
-        bar = "#" * round(20 * done / len(points))
-        say(
-            f"[{bar:<20}] point {done + 1}/{len(points)}: N={n} run {r}/{spec.runs} | "
-            f"elapsed {clock(time.monotonic() - t0)} | ETA {clock(eta)}"
-        )
-        d = point_dir(out, n, r)
-        make_dirs(d)
-        t_point = time.monotonic()
-        try:
-            run_search(spec.config(n), backend, spec.options(n), d, log=say, hint=sweep_guess(out, spec, n, r))
-        except Exception as e:  # any failure of one point (the search saved its data and error.json): go on
-            say(f"  point N={n} run {r} failed: {type(e).__name__}: {e}")
-            failed.append(f"N={n} run {r}: {e}")
-            if not (d / "error.json").exists():  # it failed before its experiment began
-                write_json_atomic(d / "error.json", {"flows": n, "run": r, "error": str(e), "type": type(e).__name__})
-        spent += time.monotonic() - t_point
-        estimated_done += estimates[n]
-    done_points = sum(finished(out, n, r) for n, r in points)
-    say(
-        f"[{'#' * 20}] {done_points}/{len(points)} points finished in {clock(time.monotonic() - t0)}; results in {out}/"
-    )
-    return {"points": len(points), "finished": done_points, "failed": failed}
+    return run_points(Sweep(out, points, spec.runs, spec.estimate), search, say)
 
 
 def plan(out: Path | None, spec: SweepSpec, backend: str | None, only: list[tuple[int, int]] | None = None) -> dict:

@@ -21,6 +21,7 @@ from pathlib import Path
 from bufsize.longlived.measure import MeasureOptions, run_measure
 from bufsize.longlived.report import REFERENCE_DIR, read_tsv
 from bufsize.scaffold.experiment import Say
+from bufsize.scaffold.link import LinkSpec
 from bufsize.scaffold.resultdir import check_out_dir, read_finished, write_json_atomic
 from bufsize.theory import model
 from bufsize.topologies import FRAME_BYTES
@@ -130,7 +131,7 @@ COLUMNS = [
 ]
 
 
-def write_table(table: list[dict], out: Path) -> tuple[Path, Path]:
+def write_table(table: list[dict], out: Path, where: str = "this emulator") -> tuple[Path, Path]:
     md, cv = out / "table.md", out / "table.csv"
     with atomic_text(cv) as f:
         w = csv.DictWriter(f, fieldnames=[k for k, _ in COLUMNS])
@@ -141,7 +142,7 @@ def write_table(table: list[dict], out: Path) -> tuple[Path, Path]:
         lines.append("| " + " | ".join("" if r[k] is None else str(r[k]) for k, _ in COLUMNS) + " |")
     write_atomic(
         md,
-        "# Utilization at fixed buffers (seed 000 Fig 15) on this emulator\n\n"
+        f"# Utilization at fixed buffers (seed 000 Fig 15) on {where}\n\n"
         "F7 bound: erf(3*sqrt(3)/(2*sqrt(2)) * B / ((BDP + B)/sqrt(n))) with BDP 1291. Published columns: "
         "results/reference/gsr-oc3-utilization-table.tsv. Emulator utilization is of the nominal rate C over "
         "the whole measurement; 'worst 1 s' is its lowest one-second sample.\n\n" + "\n".join(lines) + "\n",
@@ -187,7 +188,18 @@ def plot(table: list[dict], out: Path) -> Path:
 
 def report(out: Path) -> list[Path]:
     table = rows(out)
-    return [*write_table(table, out), plot(table, out)]
+    twin = any((read_finished(f) or {}).get("kind") == "sim-measure" for f in out.glob("n*/result.json"))
+    return [*write_table(table, out, "the ns-3 twin" if twin else "this emulator"), plot(table, out)]
+
+
+# (n, the buffers in bytes, the row's directory): measures them all on one link and writes result.json
+MeasureRow = Callable[[int, list[int], Path], object]
+
+
+def emulated_rows(
+    config_for: Callable[[int], DumbbellConfig], opts_for: Callable[[int], MeasureOptions], backend: str, say: Say
+) -> MeasureRow:
+    return lambda n, buffers, d: run_measure(config_for(n), backend, buffers, opts_for(n), d, say)
 
 
 def run_util_table(
@@ -195,12 +207,13 @@ def run_util_table(
     flows: list[int],
     multiples: list[float],
     max_hosts: int,
-    config_for: Callable[[int], DumbbellConfig],
+    config_for: Callable[[int], LinkSpec],
     opts_for: Callable[[int], MeasureOptions],
-    backend: str,
+    measure: MeasureRow,
     say: Say,
 ) -> list[Path]:
-    """One fixed-buffer measurement per n (all its buffers on one dumbbell), resumable per n."""
+    """One fixed-buffer measurement per n (all its buffers on one link, emulated or the twin), resumable
+    per n; `config_for(n)` is the link `measure` builds for row n, recorded in spec.json."""
     settings = {
         "flows": flows,
         "multiples": multiples,
@@ -229,7 +242,7 @@ def run_util_table(
             continue
         buffers = [buffer_packets(n, m) * FRAME_BYTES for m in multiples]
         say(f"[{i}/{len(flows)}] n={n} ({time.monotonic() - t0:.0f} s so far)")
-        run_measure(config_for(n), backend, buffers, opts_for(n), d, say)
+        measure(n, buffers, d)
     paths = report(out)
     write_atomic(out / "wall_seconds.txt", f"{time.monotonic() - t0:.0f}\n")
     return paths

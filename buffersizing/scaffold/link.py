@@ -65,6 +65,8 @@ class LinkSpec(Protocol):
     @property
     def bdp_bytes(self) -> int: ...
 
+    def to_dict(self) -> dict: ...
+
 
 class SampledLink(Protocol):
     """The verbs an experiment uses on a link whose flows are running."""

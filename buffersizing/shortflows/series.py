@@ -50,25 +50,40 @@ def open_series(out: Path, spec: SeriesSpec, backend: str) -> None:
     write_json_atomic(path, mine | {"machine": machine_manifest(backend, spec.cc)})
 
 
-def run_series(out: Path, spec: SeriesSpec, backend: str, say: Callable[[str], None] | None = None) -> dict:
-    log = say or (lambda s: print(s, file=sys.stderr, flush=True))
-    spec.validate()
-    make_dirs(out)
-    open_series(out, spec, backend)
+PointTask = Callable[[DumbbellConfig, int, ShortFlowOptions, Path], None]  # writes result.json there, or raises
+
+
+def run_points(out: Path, points: list[Point], task: PointTask, log: Callable[[str], None]) -> list[str]:
+    """Every point of a series without a result yet, one after another, on either link: a point's
+    failure is said (its error.json is its own) and the series goes on; the failures, for the caller."""
     t0 = time.monotonic()
-    points = spec.points()
     failed = []
     for i, (name, cfg, buffer_bytes, opts) in enumerate(points, 1):
         d = out / name
         if read_finished(d / "result.json") is not None:
             continue
         log(f"[{i}/{len(points)}] {name} | elapsed {time.monotonic() - t0:.0f} s")
-        d.mkdir(exist_ok=True)
+        make_dirs(d)
         try:
-            run_shortflows(cfg, backend, buffer_bytes, opts, d, log=lambda s: log("  " + s))
-        except Exception as e:  # one point's failure (its error.json is written): go on with the rest
+            task(cfg, buffer_bytes, opts, d)
+        except Exception as e:  # one point's failure: go on with the rest
             log(f"  {name} failed: {type(e).__name__}: {e}")
             failed.append(f"{name}: {e}")
+    return failed
+
+
+def run_series(out: Path, spec: SeriesSpec, backend: str, say: Callable[[str], None] | None = None) -> dict:
+    log = say or (lambda s: print(s, file=sys.stderr, flush=True))
+    spec.validate()
+    make_dirs(out)
+    open_series(out, spec, backend)
+    t0 = time.monotonic()
+
+    def point(cfg: DumbbellConfig, buffer_bytes: int, opts: ShortFlowOptions, d: Path) -> None:
+        run_shortflows(cfg, backend, buffer_bytes, opts, d, log=lambda s: log("  " + s))
+
+    points = spec.points()
+    failed = run_points(out, points, point, log)
     wall = time.monotonic() - t0
     finished = spec.report(out)
     with open_new(out / "wall_seconds.txt", append=True) as f:

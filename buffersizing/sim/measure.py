@@ -32,24 +32,24 @@ from bufsize.topologies.safefiles import make_dirs
 
 def run_sim_measure(
     cfg: SimConfig,
-    buffer_packets: int,
+    buffers_packets: list[int],
     opts: MeasureOptions,
     out: Path | None = None,
     say: Callable[[str], None] = print,
     start_buffer: str = "calibration",
 ) -> dict:
     """The flows warm up (at `start_buffer`, then the warm-up buffer), the reference is taken, then
-    one buffer is measured; with `out`, result.json is written there."""
+    each buffer is measured in turn; with `out`, result.json is written there."""
     opts.validate(cfg)
     cfg.validate(opts.flows)
-    buffer_bytes = buffer_packets * FRAME_BYTES
-    warm_buffer = warm_buffer_bytes(cfg, [buffer_bytes], opts)
-    start = start_packets(start_buffer, warm_buffer // FRAME_BYTES, buffer_packets, opts.flows)
+    buffers_bytes = [b * FRAME_BYTES for b in buffers_packets]
+    warm_buffer = warm_buffer_bytes(cfg, buffers_bytes, opts)
+    start = start_packets(start_buffer, warm_buffer // FRAME_BYTES, min(buffers_packets), opts.flows)
     t_wall = time.monotonic()
     say(
         f"sim measure: {opts.flows} flows over {cfg.hosts} hosts, {cfg.rate_mbps:g} Mb/s, RTT "
-        f"{min(cfg.rtt_ms):g}..{max(cfg.rtt_ms):g} ms, cc {cfg.cc}, seed {cfg.seed}; {buffer_packets} packets, "
-        f"{opts.duration_s:g} s"
+        f"{min(cfg.rtt_ms):g}..{max(cfg.rtt_ms):g} ms, cc {cfg.cc}, seed {cfg.seed}; buffers "
+        f"{', '.join(map(str, buffers_packets))} packets, {opts.duration_s:g} s each"
     )
     with SimDumbbell(cfg, opts.flows, start) as net:
         link = SimulatedLink(net)
@@ -62,8 +62,10 @@ def run_sim_measure(
             say(f"  warmed up to {net.sim_seconds:.1f} s at {warm_buffer // FRAME_BYTES} packets")
 
         reference = warm_and_reference(link, opts.flows, warm_buffer, opts, warm, say)
-        point = measure_buffer(link, opts.flows, buffer_bytes, opts)
-        say(point_line(point, link.clock_text()))
+        points = []
+        for b in buffers_bytes:
+            points.append(measure_buffer(link, opts.flows, b, opts))
+            say(point_line(points[-1], link.clock_text()))
         up, simulated = net.flows_up(), net.sim_seconds
     flags = {
         "flows_up": up == opts.flows,
@@ -79,7 +81,7 @@ def run_sim_measure(
         "nominal_rate_mbps": cfg.rate_mbps,
         "reference_rate_mbps": round(reference, 3) if reference is not None else None,
         "start_buffer_packets": start,
-        **point_fields(cfg, [point]),
+        **point_fields(cfg, points),
         "valid": all(v is not False for v in flags.values()),
         "flags": flags,
         "simulated_seconds": round(simulated, 3),

@@ -31,6 +31,7 @@ from bufsize.scaffold.schema import stamp
 from bufsize.shortflows.loss import PUBLISHED, LossSpec, loss_rows, write_loss_report
 from bufsize.shortflows.mix import MixSpec, mix_rows, write_mix_report
 from bufsize.shortflows.run import ShortFlowOptions
+from bufsize.shortflows.series import run_points
 from bufsize.shortflows.stats import offered_load, percentile, size_bins, size_packets
 from bufsize.sim.search import simulator_manifest
 from bufsize.topologies import FRAME_BYTES
@@ -207,18 +208,16 @@ def run_twin_series(
     make_dirs(out)
     sim_config(spec.points()[0][1], spec.seed, tcp).validate(0, short_flows=True)
     open_twin_series(out, spec, tcp)
-    points = spec.points()
     t0 = time.monotonic()
-    for i, (name, cfg, buffer_bytes, opts) in enumerate(points, 1):
-        d = out / name
-        if read_finished(d / "result.json") is not None:
-            continue
-        log(f"[{i}/{len(points)}] {name} | elapsed {time.monotonic() - t0:.0f} s")
-        make_dirs(d)
+
+    def point(cfg: DumbbellConfig, buffer_bytes: int, opts: ShortFlowOptions, d: Path) -> None:
         r = run_point(cfg, buffer_bytes, opts, spec.seed, tcp)
         write_json_atomic(d / "result.json", stamp(r, "result"))
         log(f"  loss {r['loss_rate']:.2%}, utilization {r['utilization']:.4f}, "
             f"{r['transfers']['in_window']['done']} transfers done, {r['wall_seconds']:.0f} s of wall")  # fmt: skip
+
+    points = spec.points()
+    failed = run_points(out, points, point, log)
     if isinstance(spec, LossSpec):
         rows = loss_rows(out, spec)
         write_loss_report(out, rows, spec, where="the ns-3 twin")
@@ -229,7 +228,8 @@ def run_twin_series(
         write_mix_report(out, rows, spec, where="the ns-3 twin")
         if beside is not None:
             write_atomic(out / "beside.md", mix_beside(rows, mix_rows(beside, spec)))
-    return {"points": len(points), "finished": len(rows), "wall_seconds": round(time.monotonic() - t0)}
+    wall = round(time.monotonic() - t0)
+    return {"points": len(points), "finished": len(rows), "failed": failed, "wall_seconds": wall}
 
 
 def mix_beside(twin: list[dict], emulated: list[dict]) -> str:

@@ -11,25 +11,21 @@ which other points happened to finish first.
 from __future__ import annotations
 
 import json
-import multiprocessing
-import multiprocessing.process
 import os
-import signal
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from bufsize.longlived.points import Sweep, run_points
 from bufsize.longlived.search import SearchOptions
-from bufsize.longlived.sweep import clock, finished, point_dir
 from bufsize.scaffold.resultdir import check_out_dir, write_json_atomic
 from bufsize.scaffold.schema import stamp
 from bufsize.sim.search import check_start_buffer, run_sim_search, simulator_manifest, validate
 from bufsize.topologies.config import parse_rtts
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.nssim import MAX_SIM_HOSTS, SimConfig
-from bufsize.topologies.safefiles import make_dirs, open_new, read_bounded
+from bufsize.topologies.safefiles import open_new, read_bounded
 
 
 @dataclass
@@ -74,24 +70,6 @@ class SimSweepSpec:
         return asdict(self)
 
 
-def _point(cfg: SimConfig, opts: SearchOptions, d: Path, start_buffer: str) -> None:
-    """One point, in its own process; its progress goes to the point's own log, its outcome to
-    result.json or error.json (the sweep reads those: the files are the record, not a return value)."""
-    # SIGTERM from the sweep ends the search through its `with`, which ends the simulator too.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    make_dirs(d)
-    with open_new(d / "search.log") as log:
-        try:
-            run_sim_search(cfg, opts, d, say=lambda s: print(s, file=log, flush=True), start_buffer=start_buffer)
-        except BaseException as e:  # the sweep goes on; the point says why, and is tried again next time
-            write_json_atomic(d / "error.json", {"flows": opts.flows, "seed": cfg.seed, "error": str(e),
-                                                 "type": type(e).__name__})  # fmt: skip
-            if isinstance(e, Exception):
-                sys.exit(1)  # said in error.json, which the sweep reports: no traceback on its terminal
-            raise
-    (d / "error.json").unlink(missing_ok=True)
-
-
 def open_sim_sweep(out: Path, spec: SimSweepSpec) -> None:
     check_out_dir(out)
     path = out / "manifest.json"
@@ -126,59 +104,18 @@ def default_jobs() -> int:
 
 
 def run_sim_sweep(out: Path, spec: SimSweepSpec, jobs: int, say: Callable[[str], None] | None = None) -> dict:
-    """Every (N, seed) not finished yet, `jobs` at a time, largest N first (they take longest). Each
-    point is a child process of this one; if the sweep stops (a signal, an error) they are ended by
-    their PIDs, and each ends its simulator on the way out."""
+    """Every (N, seed) not finished yet, `jobs` at a time as child processes (points.run_points),
+    largest N first (they take longest); each point's progress goes to its own search.log."""
     say = say or (lambda s: print(s, file=sys.stderr, flush=True))
     spec.validate()
     check_jobs(jobs)
     open_sim_sweep(out, spec)
-    points = spec.points()
-    queue = sorted((p for p in points if not finished(out, *p)), key=lambda p: (-p[0], p[1]))
-    if len(queue) < len(points):
-        say(f"resuming {out}: {len(points) - len(queue)} of {len(points)} points already finished, skipped")
-    say(f"twin sweep: {len(queue)} points, {jobs} at a time; each point's progress is in its search.log")
-    t0 = time.monotonic()
-    failed: list[str] = []
-    running: list[tuple[multiprocessing.process.BaseProcess, int, int]] = []
-    ctx = multiprocessing.get_context("fork")
-    try:
-        while queue or running:
-            while queue and len(running) < jobs:
-                n, s = queue.pop(0)
-                args = (spec.config(n, s), spec.options(n), point_dir(out, n, s), spec.start_buffer)
-                p = ctx.Process(target=_point, args=args)
-                p.start()
-                running.append((p, n, s))
-            time.sleep(0.2)
-            for item in [r for r in running if r[0].exitcode is not None]:
-                running.remove(item)
-                p, n, s = item
-                p.join()
-                done = sum(finished(out, *q) for q in points)
-                d = point_dir(out, n, s)
-                if p.exitcode == 0 and finished(out, n, s):
-                    r = json.loads((d / "result.json").read_text())
-                    say(f"[{done}/{len(points)}] N={n} seed {s}: {r['buffer_packets']} packets"
-                        f"{'' if r['valid'] else ' (flagged)'}, {r['simulated_seconds']:.0f} s simulated in "
-                        f"{r['wall_seconds']:.0f} s | elapsed {clock(time.monotonic() - t0)}")  # fmt: skip
-                else:
-                    why = error_of(d) or f"exit status {p.exitcode}"
-                    failed.append(f"N={n} seed {s}: {why}")
-                    say(f"[{done}/{len(points)}] N={n} seed {s} failed: {why} (see {d}/search.log)")
-    finally:
-        for p, _, _ in running:
-            p.terminate()  # our own children, by PID
-        for p, _, _ in running:
-            p.join(15)
-    done_points = sum(finished(out, n, s) for n, s in points)
-    say(f"{done_points}/{len(points)} points finished in {clock(time.monotonic() - t0)}; results in {out}/")
-    return {"points": len(points), "finished": done_points, "failed": failed}
 
+    def search(n: int, seed: int, d: Path) -> None:
+        with open_new(d / "search.log") as log:
+            run_sim_search(spec.config(n, seed), spec.options(n), d, say=lambda s: print(s, file=log, flush=True),
+                           start_buffer=spec.start_buffer)  # fmt: skip
 
-def error_of(d: Path) -> str | None:
-    try:
-        e = json.loads((d / "error.json").read_text())
-        return f"{e['type']}: {e['error']}"
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    say(f"twin sweep, {jobs} at a time; each point's progress is in its search.log")
+    points = sorted(spec.points(), key=lambda p: (-p[0], p[1]))
+    return run_points(Sweep(out, points, spec.seeds, run_name="seed"), search, say, jobs)

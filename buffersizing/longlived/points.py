@@ -1,0 +1,190 @@
+"""A sweep's points, run on either link: each point a task that fills its own directory.
+
+    SWEEP/n0010-run1/result.json  a finished point (written atomically, last)
+    SWEEP/n0010-run1/error.json   a point that failed; running the sweep again tries it again
+
+The emulated and the twin's sweeps hand their points to `run_points`, which skips the finished
+ones, runs the rest, writes error.json for a point that failed before saying why itself, reports
+progress with an estimate of what is left, and ends with the count. An emulated point runs in this
+process, one at a time: it needs the whole machine, and its log is the sweep's. A twin point needs
+one core and no root, so `jobs` of them run at once as child processes, each logging to its own
+directory; if the sweep stops they are ended by their PIDs, and each ends its simulator on the way out.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.process
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bufsize.scaffold.resultdir import read_finished, write_json_atomic
+from bufsize.topologies.safefiles import make_dirs
+
+Task = Callable[[int, int, Path], None]  # (N, run, the point's directory): result.json there, or raise
+
+
+def point_dir(out: Path, flows: int, run: int) -> Path:
+    return out / f"n{flows:04d}-run{run}"
+
+
+def clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def finished(out: Path, flows: int, run: int) -> bool:
+    """A point is finished when its result.json parses and is the search it should be (not a truncated file)."""
+    r = read_finished(point_dir(out, flows, run) / "result.json")
+    return r is not None and r.get("flows") == flows and "buffer_packets" in r
+
+
+@dataclass
+class Sweep:
+    """What `run_points` needs of a sweep: its directory, its points in order, how long each N is
+    expected to take (None: no model, no ETA) and what the run of a point is called (run, seed)."""
+
+    out: Path
+    points: list[tuple[int, int]]
+    runs: int
+    estimate: Callable[[int], float] | None = None
+    run_name: str = "run"
+
+
+class Progress:
+    """The progress line of a sweep: a bar, the point, elapsed time and an ETA from the model's estimate
+    scaled by how this machine has done so far in this sweep."""
+
+    def __init__(self, sweep: Sweep, todo: list[tuple[int, int]], say: Callable[[str], None]) -> None:
+        self.sweep, self.todo, self.say = sweep, todo, say
+        self.t0 = time.monotonic()
+        self.spent = self.estimated = 0.0
+
+    def done(self) -> int:
+        return sum(finished(self.sweep.out, *p) for p in self.sweep.points)
+
+    def bar(self, done: int) -> str:
+        return f"[{'#' * round(20 * done / max(1, len(self.sweep.points))):<20}]"
+
+    def starting(self, i: int, n: int, r: int) -> None:
+        est = self.sweep.estimate
+        eta = ""
+        if est is not None:
+            remaining = sum(est(m) for m, _ in self.todo[i:])
+            eta = f" | ETA {clock(remaining * (self.spent / self.estimated if self.estimated else 1.0))}"
+        done = len(self.sweep.points) - len(self.todo) + i
+        self.say(f"{self.bar(done)} point {done + 1}/{len(self.sweep.points)}: N={n} {self.sweep.run_name} {r}/"
+                 f"{self.sweep.runs} | elapsed {clock(time.monotonic() - self.t0)}{eta}")  # fmt: skip
+
+    def ended(self, n: int, r: int, seconds: float, why: str | None) -> None:
+        if self.sweep.estimate is not None:
+            self.spent += seconds
+            self.estimated += self.sweep.estimate(n)
+        point = f"N={n} {self.sweep.run_name} {r}"
+        if why is not None:
+            self.say(f"  point {point} failed: {why}")
+            return
+        res = read_finished(point_dir(self.sweep.out, n, r) / "result.json") or {}
+        flagged = "" if res.get("valid", True) else " (flagged)"
+        self.say(f"  point {point}: {res.get('buffer_packets')} packets{flagged} in {clock(seconds)}")
+
+    def closing(self) -> int:
+        done = self.done()
+        self.say(f"[{'#' * 20}] {done}/{len(self.sweep.points)} points finished in "
+                 f"{clock(time.monotonic() - self.t0)}; results in {self.sweep.out}/")  # fmt: skip
+        return done
+
+
+def error_of(d: Path) -> str | None:
+    """What a point's error.json says, if it says it."""
+    e = read_finished(d / "error.json")
+    return f"{e['type']}: {e['error']}" if e is not None and "type" in e and "error" in e else None
+
+
+def record_error(d: Path, n: int, r: int, e: BaseException) -> None:
+    """error.json for a point that failed before its experiment wrote one (a search writes its own)."""
+    if not (d / "error.json").exists():
+        write_json_atomic(d / "error.json", {"flows": n, "run": r, "error": str(e), "type": type(e).__name__})
+
+
+def run_points(sweep: Sweep, task: Task, say: Callable[[str], None], jobs: int = 0) -> dict:
+    """Every point of `sweep` not finished yet, in its order: in this process when `jobs` is 0, else
+    `jobs` child processes at a time. A point's failure is said and recorded, and the sweep goes on."""
+    todo = [p for p in sweep.points if not finished(sweep.out, *p)]
+    if len(todo) < len(sweep.points):
+        say(f"resuming {sweep.out}: {len(sweep.points) - len(todo)} of {len(sweep.points)} points already "
+            "finished, skipped")  # fmt: skip
+    progress = Progress(sweep, todo, say)
+    failed = (in_process if jobs == 0 else in_children)(sweep, todo, task, progress, jobs)
+    return {"points": len(sweep.points), "finished": progress.closing(), "failed": failed}
+
+
+def in_process(sweep: Sweep, todo: list[tuple[int, int]], task: Task, progress: Progress, _jobs: int) -> list[str]:
+    failed: list[str] = []
+    for i, (n, r) in enumerate(todo):
+        progress.starting(i, n, r)
+        d = point_dir(sweep.out, n, r)
+        make_dirs(d)
+        t = time.monotonic()
+        why = None
+        try:
+            task(n, r, d)
+        except Exception as e:  # one point's failure (the search saved its data and error.json): go on
+            why = f"{type(e).__name__}: {e}"
+            record_error(d, n, r, e)
+            failed.append(f"N={n} {sweep.run_name} {r}: {e}")
+        progress.ended(n, r, time.monotonic() - t, why)
+    return failed
+
+
+def child(task: Task, n: int, r: int, d: Path) -> None:
+    """One point in its own process; its outcome is its files (result.json or error.json), not a return value."""
+    # SIGTERM from the sweep ends the point through its `with`, which ends the simulator too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        task(n, r, d)
+    except BaseException as e:  # the sweep goes on; the point says why, and is tried again next time
+        record_error(d, n, r, e)
+        if isinstance(e, Exception):
+            sys.exit(1)  # said in error.json, which the sweep reports: no traceback on its terminal
+        raise
+    (d / "error.json").unlink(missing_ok=True)
+
+
+def in_children(sweep: Sweep, todo: list[tuple[int, int]], task: Task, progress: Progress, jobs: int) -> list[str]:
+    failed: list[str] = []
+    queue = list(enumerate(todo))
+    running: dict[multiprocessing.process.BaseProcess, tuple[int, int, float]] = {}
+    ctx = multiprocessing.get_context("fork")
+    try:
+        while queue or running:
+            while queue and len(running) < jobs:
+                i, (n, r) = queue.pop(0)
+                d = point_dir(sweep.out, n, r)
+                make_dirs(d)
+                (d / "error.json").unlink(missing_ok=True)  # last time's; this try writes its own
+                progress.starting(i, n, r)
+                p = ctx.Process(target=child, args=(task, n, r, d))
+                p.start()
+                running[p] = (n, r, time.monotonic())
+            time.sleep(0.2)
+            for p in [p for p in running if p.exitcode is not None]:
+                n, r, t = running.pop(p)
+                p.join()
+                d = point_dir(sweep.out, n, r)
+                why = None if p.exitcode == 0 and finished(sweep.out, n, r) else (
+                    error_of(d) or f"exit status {p.exitcode}")  # fmt: skip
+                if why is not None:
+                    failed.append(f"N={n} {sweep.run_name} {r}: {why}")
+                    why += f" (see {d}/)"
+                progress.ended(n, r, time.monotonic() - t, why)
+    finally:
+        for p in running:
+            p.terminate()  # our own children, by PID
+        for p in running:
+            p.join(15)
+    return failed

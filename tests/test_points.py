@@ -1,0 +1,91 @@
+"""The point runner both sweeps use (longlived/points.py): finished points skipped, a failure recorded
+and the rest run, in this process or as child processes `jobs` at a time, and a stopped sweep leaving
+no child behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from bufsize.longlived.points import Sweep, error_of, finished, point_dir, run_points
+
+
+def answer(n: int, r: int, d: Path, packets: int = 7) -> None:
+    (d / "result.json").write_text(json.dumps({"flows": n, "run": r, "buffer_packets": packets, "valid": True}))
+
+
+def test_in_process_skips_finished_records_a_failure_and_goes_on(tmp_path):
+    points = [(2, 1), (4, 1), (8, 1)]
+    d = point_dir(tmp_path, 2, 1)
+    d.mkdir()
+    answer(2, 1, d, 99)  # finished before: not run again
+    ran: list[tuple[int, int]] = []
+
+    def task(n: int, r: int, d: Path) -> None:
+        ran.append((n, r))
+        if n == 4:
+            raise RuntimeError("the link went away")
+        answer(n, r, d)
+
+    lines: list[str] = []
+    res = run_points(Sweep(tmp_path, points, 1, estimate=lambda n: 10.0 * n), task, lines.append)
+    assert ran == [(4, 1), (8, 1)]
+    assert res == {"points": 3, "finished": 2, "failed": ["N=4 run 1: the link went away"]}
+    assert error_of(point_dir(tmp_path, 4, 1)) == "RuntimeError: the link went away"
+    assert json.loads((d / "result.json").read_text())["buffer_packets"] == 99
+    assert lines[0].startswith("resuming") and "1 of 3 points already finished" in lines[0]
+    assert any("point 2/3: N=4 run 1/1" in s and "ETA" in s for s in lines), lines
+    assert any("point N=8 run 1: 7 packets" in s for s in lines), lines
+    assert lines[-1].endswith(f"2/3 points finished in 0:00; results in {tmp_path}/")
+
+
+def test_children_run_jobs_at_once_and_a_failed_child_is_said(tmp_path):
+    points = [(n, s) for s in (1, 2) for n in (10, 20)]
+
+    def task(n: int, s: int, d: Path) -> None:
+        (d / "pid").write_text(str(os.getpid()))
+        time.sleep(0.5)
+        if (n, s) == (20, 2):
+            raise ValueError("no such simulator")
+        answer(n, s, d)
+
+    lines: list[str] = []
+    t0 = time.monotonic()
+    res = run_points(Sweep(tmp_path, points, 2, run_name="seed"), task, lines.append, jobs=4)
+    assert time.monotonic() - t0 < 1.8, "four half-second points, four at a time"
+    assert res["finished"] == 3 and res["failed"] == ["N=20 seed 2: ValueError: no such simulator"]
+    pids = {int((point_dir(tmp_path, n, s) / "pid").read_text()) for n, s in points}
+    assert len(pids) == 4 and os.getpid() not in pids  # each in a child of its own
+    assert all(finished(tmp_path, n, s) for n, s in points if (n, s) != (20, 2))
+    assert any("point N=20 seed 2 failed: ValueError: no such simulator" in s for s in lines), lines
+
+
+def test_a_stopped_sweep_ends_its_children(tmp_path):
+    """An exception in the sweep (a signal's; here raised by a progress line) ends the running points,
+    by their PIDs, and each says so in its error.json."""
+    pid_file = tmp_path / "pids"
+
+    def task(n: int, r: int, d: Path) -> None:
+        if n == 2:
+            answer(n, r, d)
+            return
+        with pid_file.open("a") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(60)
+
+    def say(line: str) -> None:
+        if "point 3/3" in line:  # N=2 is done, N=4 still running
+            raise KeyboardInterrupt
+
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_points(Sweep(tmp_path, [(2, 1), (4, 1), (8, 1)], 1), task, say, jobs=2)
+    assert time.monotonic() - t0 < 20
+    (pid,) = [int(p) for p in pid_file.read_text().split()]
+    assert not Path(f"/proc/{pid}").exists(), "the running point was left behind"
+    assert finished(tmp_path, 2, 1) and not finished(tmp_path, 4, 1)
+    assert "SystemExit" in (error_of(point_dir(tmp_path, 4, 1)) or "")

@@ -1,0 +1,92 @@
+"""The test command's stages (tests/stages.sh) and the VM stage's refusal to pass unseen.
+
+The VM stage must fail where it cannot run, unless BSZ_VM_OPTIONAL=1 says on purpose to skip it; the
+stages runner must run every stage after one fails and name each outcome in its summary. Both are
+run here for real, with stand-ins for what they call (a PATH without apt-get, fake tiers).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def bare_path(tmp_path: Path) -> str:
+    """A PATH with the few tools stage.sh needs before its apt check, and no apt-get."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("bash", "dirname", "uname", "id", "awk", "date"):
+        found = shutil.which(tool)
+        assert found, tool
+        (bindir / tool).symlink_to(found)
+    return str(bindir)
+
+
+def run_stage(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    e = {"PATH": bare_path(tmp_path), "HOME": str(tmp_path)} | env
+    return subprocess.run(["bash", str(REPO / "tests/vm/stage.sh")], env=e, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+
+
+def test_vm_stage_that_cannot_run_fails(tmp_path):
+    r = run_stage(tmp_path)
+    if os.uname().machine != "x86_64" or os.geteuid() != 0:
+        reason = "x86_64" if os.uname().machine != "x86_64" else "needs root"
+    else:
+        reason = "no apt-get"
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stdout.startswith("FAIL: VM stage could not run:"), r.stdout
+    assert reason in r.stdout and "BSZ_VM_OPTIONAL=1" in r.stdout
+
+
+def test_vm_stage_skips_only_when_asked(tmp_path):
+    r = run_stage(tmp_path, BSZ_VM_OPTIONAL="1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith("SKIP: VM stage:") and "BSZ_VM_OPTIONAL=1" in r.stdout
+
+
+def fake(path: Path, text: str, rc: int) -> Path:
+    path.write_text(f"#!/bin/bash\necho '{text}'\nexit {rc}\n")
+    path.chmod(0o755)
+    return path
+
+
+def run_stages(tmp_path: Path, py_rc: int, vm_line: str, vm_rc: int) -> subprocess.CompletedProcess:
+    py = fake(tmp_path / "python", "3 passed, 1 skipped in 0.5s", py_rc)
+    vm = fake(tmp_path / "vm.sh", vm_line, vm_rc)
+    env = os.environ | {"PY": str(py), "VM_STAGE": str(vm)}
+    return subprocess.run(["bash", str(REPO / "tests/stages.sh")], env=env, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+
+
+def summary(out: str) -> list[str]:
+    return out.split("test stages:\n", 1)[1].splitlines()
+
+
+def test_stages_all_pass_and_say_so(tmp_path):
+    r = run_stages(tmp_path, 0, "PASS: VM stage: 10 passed (wall time 300 s)", 0)
+    assert r.returncode == 0, r.stdout
+    rows = summary(r.stdout)
+    assert [row.split()[0] for row in rows[:3]] == ["host,", "host,", "VM,"]
+    assert all(" passed " in row for row in rows[:3]), rows
+    assert "3 passed, 1 skipped" in rows[0] and "PASS: VM stage: 10 passed" in rows[2]
+    assert rows[-1] == "all stages passed"
+
+
+def test_a_failed_tier_fails_the_command_and_the_rest_still_run(tmp_path):
+    r = run_stages(tmp_path, 1, "PASS: VM stage: 10 passed", 0)
+    assert r.returncode == 1
+    rows = summary(r.stdout)
+    assert "FAILED (exit 1)" in rows[0] and "FAILED (exit 1)" in rows[1]
+    assert "PASS: VM stage" in rows[2]  # run, though the tiers before it failed
+    assert rows[-1].startswith("a stage failed")
+
+
+def test_a_skipped_vm_stage_is_named_in_the_summary(tmp_path):
+    r = run_stages(tmp_path, 0, "SKIP: VM stage: no apt-get (BSZ_VM_OPTIONAL=1)", 0)
+    assert r.returncode == 0
+    assert "skipped on purpose" in summary(r.stdout)[2]
