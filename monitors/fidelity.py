@@ -217,12 +217,6 @@ def summarize(times: list[float], rate_mbps: float) -> dict:
     }
 
 
-def deviations(times: list[float], rate_mbps: float) -> list[float]:
-    """|gap - ideal| / ideal of every busy-period gap, for the CCDF."""
-    ideal_us = FRAME_BYTES * 8 / rate_mbps
-    return [abs(g - ideal_us) / ideal_us for g in busy_gaps_us(times, rate_mbps)]
-
-
 def reference_2012(path: Path) -> list[dict[str, float]]:
     """Rows of mininet-hifi-2012-dequeue-fidelity.tsv (flows, frac_gt10, ...) as numbers."""
     lines = [ln for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]

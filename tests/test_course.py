@@ -4,20 +4,29 @@ committed runs (pass), on tampered copies (each fails where it was changed), and
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import bufsize
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bufsize.course import check, solution, starter
+from bufsize.course import check, starter
 from bufsize.scaffold.projectfiles import COURSE_RUNS_DIR
 
 RUNS = sorted(COURSE_RUNS_DIR.glob("run-*/answers.json"))
+DANGLING = {"a", "an", "the", "of", "over", "to", "and", "or", "with", "each", "link's"}
+# The instructor's copy, from the repository: it is not in the package a student installs.
+SOLUTION = Path(__file__).resolve().parents[1] / "docs" / "course" / "solution.py"
+_spec = importlib.util.spec_from_file_location("course_solution", SOLUTION)
+assert _spec is not None and _spec.loader is not None
+solution = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(solution)
 
 
 def committed() -> list[dict]:
@@ -76,6 +85,10 @@ def test_committed_runs_exist_and_each_passes(tmp_path):
         checks = check.grade(run, runs)
         assert not failed(checks), (path, check.report(checks))
         assert any(c.name.startswith("measured, N=") for c in checks)
+        # Every message is a whole statement (one once stopped at "over the link's").
+        gap2 = [c.detail for c in checks if c.name.startswith("gap 2")]
+        assert gap2 and all(d.endswith("over the link's 20 Mb/s") for d in gap2), gap2
+        assert all(d and d[-1] not in ",;:'(" and d.split()[-1] not in DANGLING for d in (c.detail for c in checks))
 
 
 @pytest.mark.parametrize(
@@ -141,7 +154,7 @@ def test_starter_command_copies_the_starter_once(tmp_path):
 def test_a_real_short_run_of_the_solution_passes_its_gaps(tmp_path, no_leftovers):
     out = tmp_path / "run"
     res = subprocess.run(
-        [sys.executable, "-m", "bufsize.course.solution", "--out", str(out), "--flows", "4", "--probe-s", "1",
+        [sys.executable, str(SOLUTION), "--out", str(out), "--flows", "4", "--probe-s", "1",
          "--settle-s", "0.5"], capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]

@@ -64,3 +64,9 @@ def test_pip_install_outside_the_checkout(tmp_path, root):
     shutil.copy(runs[0], elsewhere / "answers.json")
     graded = run("course", "check", str(elsewhere))
     assert graded.returncode == 0, graded.stdout + graded.stderr
+    # The student's package has the starter and the checker, not the instructor's solution.
+    starter = subprocess.run([str(venv / "bin" / "python"), "-c", "import bufsize.course.starter"], cwd=elsewhere)
+    assert starter.returncode == 0
+    sol = subprocess.run([str(venv / "bin" / "python"), "-c", "import bufsize.course.solution"], cwd=elsewhere,
+                         capture_output=True, text=True)  # fmt: skip
+    assert sol.returncode == 1 and "No module named 'bufsize.course.solution'" in sol.stderr, sol.stderr

@@ -77,14 +77,8 @@ def _load_originals() -> dict[str, str]:
     return load_originals()
 
 
-def set_global(state: ledger.RunState, name: str, value: str) -> None:
-    """Change a global sysctl for the duration of the run (only those on the allow-list)."""
-    with ledger.state_lock():
-        _set_global(state, name, value)
-
-
 def _set_global(state: ledger.RunState, name: str, value: str) -> None:
-    """set_global with the state lock held by the caller."""
+    """Change a global sysctl on the allow-list for the duration of the run; the caller holds the state lock."""
     if name not in ledger.ALLOWED_GLOBAL_SYSCTLS:
         raise ValueError(f"{name} is not a global sysctl a run may change")
     originals = _load_originals()

@@ -105,7 +105,11 @@ def check_point(p: dict, target: float) -> list[Check]:
         mean = statistics.fmean(rates) / starter.RATE_MBPS
         if abs(u - mean) > UTIL_ABS_TOL:
             bad.append(f"buffer {pr.get('buffer_packets')}: {u:.4f}, the samples say {mean:.4f}")
-    detail = "; ".join(bad[:3]) if bad else f"{len(probes)} probes, each the mean rate over the link's"
+    detail = (
+        "; ".join(bad[:3])
+        if bad
+        else (f"{len(probes)} probes, each the mean of its rate samples over the link's {starter.RATE_MBPS:g} Mb/s")
+    )
     out.append(Check(f"gap 2, utilization, N={n}", bool(probes) and not bad, detail))
 
     found, bdp = p.get("found_packets"), p.get("bdp_packets")

@@ -1,7 +1,8 @@
 """The instructor's answers to the starter's gaps (buffersizing/course/starter.py); the committed
-course runs (results/course/) come from it. Hand students the starter without this file.
+course runs (results/course/) come from it. It lives in the repository, beside the instructor's
+guide (docs/course.md), and not in the package a student installs: run it from the checkout.
 
-    sudo .venv/bin/python -m bufsize.course.solution --out results/course/run-1
+    sudo .venv/bin/python docs/course/solution.py --out results/course/run-1
 """
 
 from __future__ import annotations
