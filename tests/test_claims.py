@@ -70,11 +70,17 @@ def test_each_flows_rtt_is_the_base_rtt_plus_the_queues_wait(run, no_leftovers):
     for r in rows:
         if float(r["t_s"]) >= end - 15:  # inside the 20 s measured at the buffer under study
             srtt.setdefault(r["flow"], []).append(float(r["srtt_ms"]))
-    assert len(srtt) == FLOWS, len(srtt)
+    # Every flow was traced at some time; the trace records a flow when an ACK reaches it, so a flow
+    # in RTO backoff for the whole window has no sample there and counts among those allowed off.
+    assert len({r["flow"] for r in rows}) == FLOWS
     per_flow = {flow: statistics.median(v) for flow, v in srtt.items()}
     # The flows' median RTT is the link's; a flow that spent the window in timeouts keeps a stale
     # estimate, so each flow is held to a looser bound, and all but one in twenty to it.
     middle = statistics.median(per_flow.values())
     assert abs(middle - expected) <= MEDIAN_TOLERANCE_MS, (middle, expected)
     off = {flow: round(m - expected, 2) for flow, m in per_flow.items() if abs(m - expected) > RTT_TOLERANCE_MS}
-    assert len(off) <= FLOWS // 20, f"expected {expected:.2f} ms; flows off by more than {RTT_TOLERANCE_MS} ms: {off}"
+    silent = FLOWS - len(per_flow)
+    assert len(off) + silent <= FLOWS // 20, (
+        f"expected {expected:.2f} ms; {silent} flows without a sample; "
+        f"flows off by more than {RTT_TOLERANCE_MS} ms: {off}"
+    )

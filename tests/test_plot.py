@@ -217,3 +217,32 @@ def test_several_sweeps_beside_ours_each_get_their_columns(tmp_path):
     make_report(ours, beside_dirs=[t98, tmp_path / "98-again"])
     head = (ours / "table.md").read_text().splitlines()[0]
     assert "ours/98% target (98) |" in head and "ours/98% target (98-again) |" in head
+
+
+def test_each_run_has_its_interval_bar_and_flagged_runs_stay_out_of_the_median():
+    """Every run is drawn with its search's interval as an error bar; a flagged run is drawn apart,
+    named by the check it failed in the legend, and the median line is that of the valid runs only."""
+    import matplotlib.pyplot as plt
+
+    rs = []
+    for n, packets, valid in ((10, 50, True), (10, 60, True), (10, 400, False), (100, 20, True), (100, 22, True)):
+        r = result(n, packets, valid)
+        r["uncertain_interval_packets"] = [packets - 5, packets + 10]
+        r["flags"] = {"converged": True, "pacing_fidelity_ok": valid}
+        rs.append(r)
+    fig = sweep_figure(rs, "flagged apart")
+    try:
+        (ax,) = [a for a in fig.axes if a.get_legend() is not None]
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert "flagged (failed: pacing_fidelity_ok), not in the median" in labels, labels
+        median = next(line for line in ax.get_lines() if "median of valid runs" in str(line.get_label()))
+        assert list(median.get_xdata()) == [10, 100]
+        # 55 packets at N = 10: the median of 50 and 60; with the flagged 400 it would be 60.
+        assert list(median.get_ydata()) == [55 * FRAME_BYTES, 21 * FRAME_BYTES]
+        # The bars span each run's interval: 45..60 packets around the run at 50.
+        bars = [c for c in ax.containers if "valid runs" in str(c.get_label())][0]
+        segments = bars.lines[2][0].get_segments()
+        spans = sorted((round(s[0][1] / FRAME_BYTES), round(s[1][1] / FRAME_BYTES)) for s in segments)
+        assert spans[0] == (15, 30) and (45, 60) in spans, spans
+    finally:
+        plt.close(fig)

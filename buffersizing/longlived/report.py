@@ -345,39 +345,69 @@ def draw_published(ax, results: list[dict], ref_dir: Path) -> None:  # noqa: ANN
                 label="Mininet-HiFi 2012 (98% target, BIC)")  # fmt: skip
 
 
+# Markers of flagged runs, one per failed check that a figure names (the first failed, in the result's order).
+FLAG_MARKERS = ("X", "P", "*", "h", "d", "v")
+
+
+def first_failed_flag(r: dict) -> str:
+    """The first check a flagged run failed, as its result names it ('invalid' where it names none)."""
+    return next((k for k, v in (r.get("flags") or {}).items() if v is False), "invalid")
+
+
+def spread_x(results: list[dict]) -> dict[int, float]:
+    """An x position per run: the runs at one N side by side (a few percent apart on the log axis), so
+    that their interval bars do not hide each other."""
+    by_n: dict[int, list[int]] = {}
+    for i, r in enumerate(results):
+        by_n.setdefault(r["flows"], []).append(i)
+    return {i: n * 1.05 ** (k - (len(ix) - 1) / 2) for n, ix in by_n.items() for k, i in enumerate(ix)}
+
+
+def interval_bars(runs: list[dict]) -> list[list[float]] | None:
+    """Matplotlib's yerr (below, above) from each run's uncertain interval in packets; None where any
+    run has none (results written before the interval was recorded)."""
+    if not all(r.get("uncertain_interval_packets") for r in runs):
+        return None
+    lo = [max(0.0, r["buffer_bytes"] - r["uncertain_interval_packets"][0] * FRAME_BYTES) for r in runs]
+    hi = [max(0.0, r["uncertain_interval_packets"][1] * FRAME_BYTES - r["buffer_bytes"]) for r in runs]
+    return [lo, hi]
+
+
+def valid_medians(results: list[dict]) -> tuple[list[int], list[float]]:
+    """The median answer in bytes of the valid runs at each N that has any: flagged runs stay out."""
+    by_n: dict[int, list[float]] = {}
+    for r in results:
+        if r["valid"]:
+            by_n.setdefault(r["flows"], []).append(r["buffer_packets"] * FRAME_BYTES)
+    ns = sorted(by_n)
+    return ns, [statistics.median(by_n[n]) for n in ns]
+
+
 def draw_ours(ax, results: list[dict], rows: list[dict]) -> None:  # noqa: ANN001 (matplotlib Axes)
-    """This sweep's runs (flagged ones ringed) and its median line."""
+    """This sweep's runs with their intervals as bars, its flagged runs apart (a marker per failed check,
+    named in the legend), and the median line of its valid runs."""
     first = results[0]
-    ok = [r for r in results if r["valid"]]
-    bad = [r for r in results if not r["valid"]]
-    ax.scatter(
-        [r["flows"] for r in ok],
-        [r["buffer_bytes"] for r in ok],
-        s=22,
-        color="tab:blue",
-        alpha=0.6,
-        label="this testbed: runs",
-    )
-    if bad:
-        ax.scatter(
-            [r["flows"] for r in bad],
-            [r["buffer_bytes"] for r in bad],
-            s=120,
-            facecolors="none",
-            edgecolors="tab:red",
-            linewidths=1.5,
-            zorder=5,  # on top of the median marker, which often sits at the same point
-            label="this testbed: flagged runs (ring)",
-        )
-    ax.plot(
-        [r["flows"] for r in rows],
-        [r["median_bytes"] for r in rows],
-        "o-",
-        color="tab:blue",
-        ms=7,
-        lw=2,
-        label=f"this testbed: median ({percent(first['target'])} target, {rows[0]['cc']})",
-    )
+    who = "ns-3 twin" if first.get("kind") == "sim-search" else "this testbed"
+    xs = spread_x(results)
+    ok = [i for i, r in enumerate(results) if r["valid"]]
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(results):
+        if not r["valid"]:
+            groups.setdefault(first_failed_flag(r), []).append(i)
+    if ok:
+        runs = [results[i] for i in ok]
+        ax.errorbar([xs[i] for i in ok], [r["buffer_bytes"] for r in runs], yerr=interval_bars(runs), fmt="o",
+                    ms=4, color="tab:blue", alpha=0.6, elinewidth=0.8, capsize=2,
+                    label=f"{who}: valid runs, bar = the search's interval")  # fmt: skip
+    for (flag, ix), marker in zip(sorted(groups.items()), FLAG_MARKERS * 4, strict=False):
+        runs = [results[i] for i in ix]
+        ax.errorbar([xs[i] for i in ix], [r["buffer_bytes"] for r in runs], yerr=interval_bars(runs), fmt=marker,
+                    ms=6, color="tab:red", alpha=0.7, elinewidth=0.8, capsize=2,
+                    label=f"flagged (failed: {flag}), not in the median")  # fmt: skip
+    ns, med = valid_medians(results)
+    if ns:
+        what = f"{percent(first['target'])} target, {rows[0]['cc']}"
+        ax.plot(ns, med, "o-", color="tab:blue", ms=7, lw=2, label=f"{who}: median of valid runs ({what})")
 
 
 def draw_others(ax, sim: list[dict] | None, beside: Sequence[tuple[str, list[dict]]], ref_dir: Path) -> None:  # noqa: ANN001
@@ -399,7 +429,7 @@ def draw_others(ax, sim: list[dict] | None, beside: Sequence[tuple[str, list[dic
 
 
 def finish_axes(ax, title: str, drawn: list[dict]) -> None:  # noqa: ANN001 (matplotlib Axes)
-    """Log axes down to the smallest answer drawn, packets on the right, the legend below."""
+    """Log axes down to the smallest answer drawn, packets on the right, the legend below the axes."""
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_ylim(bottom=min(1000, *(r["buffer_bytes"] * 0.8 for r in drawn)))
@@ -438,14 +468,17 @@ def make_report(
     if first.get("kind") == "sim-search":  # the ns-3 twin (buffersizing/sim/)
         method = f"ns-3 {first['manifest']['ns3_version']} twin"
     else:
-        shapers = "/".join(dict.fromkeys(r["config"]["shaper"] for r in results))  # auto may differ by N
-        method = f"{shapers} + {first['delay_backend']}"
+        # auto may choose differently by N
+        names = dict.fromkeys(r["config"]["shaper"] for r in results)
+        shapers = " or ".join(SHAPER_WORDS.get(n, n) for n in names)
+        delay = DELAY_WORDS.get(first["delay_backend"], first["delay_backend"])
+        method = f"emulated: {shapers}, {delay}"
         c = first.get("config", {})
         changes = tcp_changes(c.get("loss_recovery", "linux"), c.get("delayed_ack", True),
                               c.get("sender_pacing", False))  # fmt: skip
         method += "".join(f", {t}" for t in changes)
     title = title or (
-        f"Minimum buffer for {percent(first['target'])} utilization: {first['nominal_rate_mbps']:g} Mb/s, "
+        f"Minimum buffer for {percent(first['target'])} utilization\n{first['nominal_rate_mbps']:g} Mb/s, "
         f"{rtt_words(first)}, cc {first['cc']}, {method}"
     )
     rows = summary_rows(results)
@@ -458,6 +491,11 @@ def make_report(
     labels = [f"{lb} ({b.name})" if labels.count(lb) > 1 else lb for lb, b in zip(labels, beside_dirs, strict=True)]
     figure = plot(results, dest or d, title, sim=sim, beside=list(zip(labels, beside, strict=True)))
     return [*figure, *write_table(rows, dest or d, labels)]
+
+
+# The words a figure's title uses for the link's parts (the configuration's names are the options').
+SHAPER_WORDS = {"line": "line shaper", "htb": "HTB + bfifo", "auto": "shaper chosen per N"}
+DELAY_WORDS = {"delayline": "userspace delay line", "netem": "netem delay"}
 
 
 def percent(target: float) -> str:
