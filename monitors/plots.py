@@ -1,7 +1,7 @@
 """PNG plots of one run directory, drawn from its CSV files (so they can be redrawn from the data alone).
 
 rate.png, queue.png, cwnd.png (a few flows and the sum), cwnd_hist.png (the sum against a normal
-fit, seed 000 Fig 8), cpu.png and fidelity_ccdf.png (beside the 2012 emulator's numbers).
+fit, Appenzeller 2004 Fig 8), cpu.png and fidelity_ccdf.png (beside the 2012 emulator's numbers).
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def _cwnd_figures(plt, d: Path, head: str, out: Written, bdp: float | None, answ
                 label=f"normal fit N({mu:.0f}, {sd:.0f}²)",
             )
             if bdp:
-                # Below the BDP the link idles; above BDP + buffer the queue overflows (seed 000 Fig 8).
+                # Below the BDP the link idles; above BDP + buffer the queue overflows (Appenzeller 2004 Fig 8).
                 ax.axvline(bdp, color="g", ls="--", lw=0.8, label="BDP")
                 ax.axvline(bdp + limit / FRAME_BYTES, color="r", ls="--", lw=0.8, label="BDP + buffer")
             ax.set_xlabel("sum of congestion windows (packets)")

@@ -27,7 +27,7 @@ def test_single_flow_rules_by_hand() -> None:
 
 
 def test_window_deviations_by_hand() -> None:
-    # Reno: uniform on [W/2, W], mean 3W/4, sd (W/2)/sqrt(12): 1/(3 sqrt 3) of the mean (seed 000's F6)
+    # Reno: uniform on [W/2, W], mean 3W/4, sd (W/2)/sqrt(12): 1/(3 sqrt 3) of the mean (Appenzeller 2004's F6)
     assert window_deviation("reno") == pytest.approx(0.19245, abs=1e-5)
     # BIC's straight sawtooth from 0.8 W: (0.2 W/sqrt 12)/(0.9 W) = 0.064150, a third of Reno's
     assert window_deviation("bic") == pytest.approx(0.064150, abs=1e-6)
@@ -81,7 +81,7 @@ def test_model_command_adds_the_rule_of_the_cc(capsys: pytest.CaptureFixture[str
     first = d["buffers"][0]
     assert first["buffer_packets"] == pytest.approx(d["cc_rule_packets"])
     assert first["cc_utilization_bound"] > first["utilization_lower_bound"]
-    # Reno: seed 000's two rules only, as before
+    # Reno: Appenzeller 2004's two rules only, as before
     assert [b["buffer_packets"] for b in predict(10, 62.5, 87).to_dict()["buffers"]] == pytest.approx(
         [BDP / math.sqrt(10), BDP]
     )

@@ -1,4 +1,4 @@
-"""The closed-form models reproduce the worked numbers of the seeds checklist (sections 0.1, 1.5, 2.3, 2.5, 5.5).
+"""The closed-form models reproduce the worked numbers of the papers (docs/references.md, Formulas).
 
 Published numbers are compared to the digits they are printed with: "98.99" must come out as
 98.985..98.995. Where the source has a typo, the test pins what the formula gives and that it is not
@@ -155,7 +155,7 @@ def test_f8_n_10000_printed_numbers():
 
 def test_seed_003_erf_constant_typo():
     assert F7_K == pytest.approx(1.837117, abs=5e-7)
-    # Seed 003 writes erf(3 sqrt 3/(2 sqrt 2)) = 0.9899; it is 0.9906. 0.9899 is F7 at n = 10000, B = 1x,
+    # Tomioka writes erf(3 sqrt 3/(2 sqrt 2)) = 0.9899; it is 0.9906. 0.9899 is F7 at n = 10000, B = 1x,
     # where the (BDP + B) denominator divides K by 1.01.
     assert_printed(math.erf(F7_K), "0.990625")
     assert abs(math.erf(F7_K) - 0.9899) > 5e-4

@@ -201,7 +201,7 @@ def test_beside_refuses_what_is_not_an_emulated_sweep(tmp_path):
 
 
 def test_several_sweeps_beside_ours_each_get_their_columns(tmp_path):
-    """Seed 000's Fig 11 has three targets: the 99.9 % sweep beside the 98 % and 99.5 % ones gives each
+    """Appenzeller et al.'s Fig 11 has three targets: the 99.9 % sweep beside the 98 % and 99.5 % ones gives each
     its own columns and curve, labelled by target; two alike are told apart by directory."""
     ours, t98, t995 = tmp_path / "999", tmp_path / "98", tmp_path / "995"
     _sweep(ours, [result(100, 80) | {"target": 0.999}])

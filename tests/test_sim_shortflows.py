@@ -181,7 +181,7 @@ def test_twin_tcp_options_refused():
 
 @pytest.mark.slow  # tens of seconds of simulation: make test, not make fast
 def test_sim_mix_experiment_runs_with_its_own_initial_window(tmp_path):
-    """Seed 000 Figs 13-14 at n = 10 on the twin: both buffers measured, the 14-packet flows'
+    """Appenzeller 2004 Figs 13-14 at n = 10 on the twin: both buffers measured, the 14-packet flows'
     completion times reported per size, the series' initial window (2) in the manifest, and the
     short flows finish sooner at RTT*C/sqrt(n) than at RTT*C (a queue a third as long)."""
     out = tmp_path / "mix"

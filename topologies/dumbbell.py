@@ -267,7 +267,7 @@ class Dumbbell:
 
     def set_initcwnd(self, packets: int) -> None:
         """Every sender's initial congestion window toward the receiver (a host route with initcwnd):
-        seed 000's short-flow model assumes 2 packets, Linux starts at 10."""
+        Appenzeller 2004's short-flow model assumes 2 packets, Linux starts at 10."""
         if not 1 <= packets <= 1000:
             raise RunError(f"initial window {packets}: must be from 1 to 1000 packets")
         run_parallel(

@@ -151,7 +151,9 @@ def add_table_commands(command: Command) -> None:
     pl.add_argument("--json", action="store_true", help="print the files written as JSON")
 
     u = command(
-        "util-table", commands.cmd_util_table, "seed 000 Fig 15: utilization at 0.5-3 x RTT*C/sqrt(n) beside the GSR"
+        "util-table",
+        commands.cmd_util_table,
+        "Appenzeller 2004 Fig 15: utilization at 0.5-3 x RTT*C/sqrt(n) beside the GSR",
     )
     options.add_util_table_args(u)
     add_link_args(u, rate=155.0, rtt="80..120")
@@ -176,6 +178,9 @@ def add_tool_commands(command: Command) -> None:
         help="first stamp files written before the schema existed (schema_version 1, and a result's kind);"
         " nothing else in them changes",
     )
+    r = command("report", commands.cmd_report, "write the documentation's Results page from the committed sweeps")
+    r.add_argument("--out", help="where to write the page (default: docs/results.md of this checkout)")
+    r.add_argument("--check", action="store_true", help="write nothing; exit 1 if the page differs from the results'")
     c = command("clean", commands.cmd_clean, "remove what a killed run left behind (only the toolkit's own)")
     c.add_argument("--json", action="store_true", help="print what was removed and refused as JSON")
     q = command("quick", commands.cmd_quick, "the main job of ./setup.sh quick")

@@ -266,3 +266,30 @@ def cmd_validate(a: argparse.Namespace) -> int:
         print("no result.json or manifest.json found", file=sys.stderr)
         return 1
     return 1 if found else 0
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    """docs/results.md from the committed sweeps, or with --check whether the committed page is current."""
+    from bufsize.longlived.resultspage import results_page
+    from bufsize.scaffold.projectfiles import COMMITTED_RESULTS_DIR
+    from bufsize.topologies.safefiles import write_atomic
+
+    repo = COMMITTED_RESULTS_DIR.parent
+    if not (repo / "docs").is_dir():
+        raise UsageError("report: run it from a checkout of the repository (the committed results and docs/)")
+    if a.out is not None and not a.out.strip():
+        raise UsageError("report --out: an empty path; give the page's file")
+    page = results_page(repo)
+    out = Path(a.out) if a.out else repo / "docs" / "results.md"
+    if a.check:
+        current = out.read_text() if out.is_file() else None
+        if current != page:
+            print(
+                f"bufsize report: {out} is not what the committed results give; run `bufsize report`", file=sys.stderr
+            )
+            return 1
+        print(f"{out}: current")
+        return 0
+    write_atomic(out, page)
+    print(f"wrote {out}")
+    return 0

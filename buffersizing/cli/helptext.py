@@ -35,6 +35,7 @@ EXAMPLES = {
     "sim shortexp": "bufsize sim shortexp loss --out /tmp/twin-loss",
     "validate": "bufsize validate results/",
     "clean": "bufsize clean",
+    "report": "bufsize report --check",
     "quick": "bufsize quick --dry-run",
 }
 

@@ -220,7 +220,7 @@ def add_preset_arg(p: argparse.ArgumentParser, what: str) -> None:
         "--preset",
         choices=PRESETS,
         help="the method: quick (the main job), full (the published figures' method: bic or cubic, min(N, 400)"
-        " hosts, the precision rule at +-10 %%), theory (reno), fig11 (seed 000: 155 Mb/s, spread RTTs, reno,"
+        " hosts, the precision rule at +-10 %%), theory (reno), fig11 (Appenzeller 2004: 155 Mb/s, spread RTTs, reno,"
         f" 98 %%) or bbr; flags override any part of it ({what})",
     )
 

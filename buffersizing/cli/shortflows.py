@@ -66,9 +66,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
     e = sub.add_parser(
         "shortexp",
-        help="a named short-flow experiment: fig10 (seed 000: mean queue vs flow length), fig12 (buffer for"
-        " completion time), loss (seed 001 Fig 1)"
-        ", mix (seed 000 Figs 13-14) or transfer (seed 003: web transfer times at C x RTT and C x RTT/sqrt(N))",
+        help="a named short-flow experiment: fig10 (Appenzeller 2004: mean queue vs flow length), fig12 (buffer for"
+        " completion time), loss (Dhamdhere 2006 Fig 1)"
+        ", mix (Appenzeller 2004 Figs 13-14) or transfer (Tomioka: web transfer times at C x RTT and C x RTT/sqrt(N))",
     )
     e.add_argument("name", choices=("fig10", "fig12", "loss", "mix", "transfer"))
     options.add_link_choice(e, "shortexp loss")  # loss and mix run on the twin too
@@ -80,8 +80,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--lengths", help="fig10, fig12: flow lengths in packets (default 2,6,14,16,30,62,100; 2,14,30,62,100)"
     )
     e.add_argument("--initcwnd", type=int,
-                   help="fig10, transfer: senders' initial window (default: fig10 2, as seed 000 assumes; transfer"
-                   " the kernel's 10)")  # fmt: skip
+                   help="fig10, transfer: senders' initial window (default: fig10 2, as the 2004 paper assumes;"
+                   " transfer the kernel's 10)")  # fmt: skip
     e.add_argument("--max-window", type=int,
                    help="transfer, loss (C, O): cap every transfer's window at this many packets"
                    " (ns-2's window_: 20)")  # fmt: skip

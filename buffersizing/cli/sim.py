@@ -112,7 +112,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_print_config_arg(w)
     w.set_defaults(func=cmd_sim_sweep)
 
-    u = cmds.add_parser("util-table", help="seed 000 Fig 15 on the twin: utilization at 0.5-3 x RTT*C/sqrt(n)")
+    u = cmds.add_parser("util-table", help="Appenzeller 2004 Fig 15 on the twin: utilization at 0.5-3 x RTT*C/sqrt(n)")
     add_util_table_args(u)
     add_sim_link_args(u, "most sender hosts; row n uses min(n, this)", rate=155.0, rtt="80..120")
     u.add_argument("--seed", type=int, default=1, help="the simulation's seed (default 1)")
@@ -123,8 +123,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_print_config_arg(u)
     u.set_defaults(func=cmd_sim_util_table)
 
-    e = cmds.add_parser("shortexp", help="a short-flow experiment on the twin: loss (seed 001 Fig 1) or mix "
-                        "(seed 000 Figs 13-14)")  # fmt: skip
+    e = cmds.add_parser("shortexp", help="a short-flow experiment on the twin: loss (Dhamdhere 2006 Fig 1) or mix "
+                        "(Appenzeller 2004 Figs 13-14)")  # fmt: skip
     e.add_argument("name", choices=("loss", "mix"))
     e.add_argument("--out", required=True, help="directory; re-running the same command resumes it")
     e.add_argument("--duration", type=float, help="measured seconds per point (default 60)")

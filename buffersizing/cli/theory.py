@@ -19,7 +19,7 @@ CC_RULES = ("reno", "cubic", "bic", "bbr")
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add `model` to the subcommands of the bufsize parser; `run` is its func."""
-    m = sub.add_parser("model", help="closed-form predictions (F1..F22 of the seeds checklist) for a configuration")
+    m = sub.add_parser("model", help="closed-form predictions (F1..F22 of docs/references.md) for a configuration")
     m.add_argument("--flows", type=int, required=True, help="long-lived flows n, 1 or more")
     m.add_argument("--rate-mbps", type=float, default=62.5, help="bottleneck rate C (default 62.5)")
     m.add_argument(
@@ -40,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--cc",
         choices=CC_RULES,
         default="reno",
-        help="congestion control whose buffer rule to add (default reno: seed 000's rules only); "
+        help="congestion control whose buffer rule to add (default reno: Appenzeller 2004's rules only); "
         "cubic, bic and bbr add theirs (bufsize/theory/ccrules.py says where each comes from)",
     )
     m.add_argument("--json", action="store_true", help="print the predictions as JSON")

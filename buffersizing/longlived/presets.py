@@ -1,4 +1,4 @@
-"""Named sweeps: the main job's quick replication, the full one, the Reno theory check, seed 000's
+"""Named sweeps: the main job's quick replication, the full one, the Reno theory check, Appenzeller 2004's
 Fig 11 (many Reno flows with spread RTTs on an OC3 link), and the full sweep with this kernel's
 default, BBR.
 
@@ -17,11 +17,11 @@ from bufsize.topologies.machine import kernel_has_module, resolve_backend
 PAPER_RATE_MBPS = 62.5
 PAPER_RTT_MS = "87"
 FULL_FLOWS = [2, 5, 10, 20, 50, 100, 200, 400, 600, 800]
-# The main job's N: the hardware measured each of them (seed 004; why not N = 2: preset()).
+# The main job's N: the hardware measured each of them (CS244 2012; why not N = 2: preset()).
 QUICK_FLOWS = [10, 50, 200, 800]
 # The Reno check needs fewer N (Reno's cycle at N=2 makes one search there take about half an hour).
 THEORY_FLOWS = [2, 10, 50, 100, 200, 400, 800]
-# Sender hosts: each point uses min(N, PRESET_MAX_HOSTS), seed 004's 400 at most, so N <= 400 keep one
+# Sender hosts: each point uses min(N, PRESET_MAX_HOSTS), CS244 2012's 400 at most, so N <= 400 keep one
 # flow a host, as the hardware did. The host count does not move the answer on the line (the
 # measurement is in docs/lab/), and with iperf's timer slack 400 hosts fit in the CPU the line leaves
 # for the traffic on 2 cores (topologies/config.py LINE_MAX_HOSTS_PER_CPU).
@@ -32,7 +32,7 @@ def hardware_cc() -> str:
     return "bic" if "bic" in available_congestion_controls() or kernel_has_module("tcp_bic") else "cubic"
 
 
-# Seed 000's Fig 11: OC3 (155 Mb/s), RTTs "about 80 ms" on average, N = 50..500 long Reno flows, the
+# Appenzeller 2004's Fig 11: OC3 (155 Mb/s), RTTs "about 80 ms" on average, N = 50..500 long Reno flows, the
 # minimum buffer for 98 %, 99.5 % and 99.9 % (one sweep per --target; 98 % when none is given). The
 # seed gives only the mean RTT; the spread is ours: 40..120 ms evenly over the hosts, wide enough that
 # no two hosts share an RTT (desynchronized, as the figure's flows were) and mean 80.

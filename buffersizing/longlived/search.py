@@ -210,7 +210,7 @@ def check_searchable(cfg: DumbbellConfig, flows: int) -> None:
 
 
 def theory(cfg: DumbbellConfig, flows: int) -> dict:
-    """RTT*C/sqrt(N) as seed 000 defines it: with spread RTTs the pipe is C times the mean RTT (the
+    """RTT*C/sqrt(N) as Appenzeller 2004 defines it: with spread RTTs the pipe is C times the mean RTT (the
     sum of windows is compared with it, as util-table does). The calibration buffer is still sized at
     the largest RTT (CALIBRATION_BDPS x cfg.bdp_bytes), so every flow's pipe is covered."""
     rtt = statistics.fmean(cfg.rtt_ms)

@@ -1,4 +1,4 @@
-"""Seed 000's Fig 15 on the emulator: utilization at fixed buffers of 0.5-3 x RTT*C/sqrt(n), n = 100-400.
+"""Appenzeller 2004's Fig 15 on the emulator: utilization at fixed buffers of 0.5-3 x RTT*C/sqrt(n), n = 100-400.
 
 The router experiment ran a Cisco GSR's OC3 (155 Mb/s) port with a BDP of 1291 packets (RTT about
 100 ms). Here each n gets one dumbbell of min(n, 400) hosts whose RTTs are spread evenly over a
@@ -142,7 +142,7 @@ def write_table(table: list[dict], out: Path, where: str = "this emulator") -> t
         lines.append("| " + " | ".join("" if r[k] is None else str(r[k]) for k, _ in COLUMNS) + " |")
     write_atomic(
         md,
-        f"# Utilization at fixed buffers (seed 000 Fig 15) on {where}\n\n"
+        f"# Utilization at fixed buffers (Appenzeller 2004 Fig 15) on {where}\n\n"
         "F7 bound: erf(3*sqrt(3)/(2*sqrt(2)) * B / ((BDP + B)/sqrt(n))) with BDP 1291. Published columns: "
         "results/reference/gsr-oc3-utilization-table.tsv. Emulator utilization is of the nominal rate C over "
         "the whole measurement; 'worst 1 s' is its lowest one-second sample.\n\n" + "\n".join(lines) + "\n",
@@ -176,7 +176,7 @@ def plot(table: list[dict], out: Path) -> Path:
     ax.set_ylim(90, 100.5)
     ax.set_xlabel(f"buffer (packets of {FRAME_BYTES} B)")
     ax.set_ylabel("link utilization (%)")
-    ax.set_title("Utilization against buffer, 155 Mb/s, BDP 1291 packets (seed 000 Fig 15)", fontsize=10)
+    ax.set_title("Utilization against buffer, 155 Mb/s, BDP 1291 packets (Appenzeller 2004 Fig 15)", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()

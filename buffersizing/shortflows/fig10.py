@@ -1,4 +1,4 @@
-"""Seed 000 Fig 10 (and Fig 16's tail) measured: `bufsize shortexp fig10 --out DIR` (run by
+"""Appenzeller 2004 Fig 10 (and Fig 16's tail) measured: `bufsize shortexp fig10 --out DIR` (run by
 series.run_series).
 
 Short fixed-length flows with Poisson arrivals at load 0.8 through a large buffer, for several flow
@@ -6,7 +6,7 @@ lengths and link rates. Each (rate, length) point is one `shortflows` run in DIR
 re-running the same command skips finished points (DIR/series.json holds the settings, and other
 settings are refused). At the end, DIR/table.md and DIR/figure.png put the measured mean queue
 beside F10 and the measured tail decay beside F11's kappa, both computed from the lengths sent and
-the initial window the kernel used (seed 000 assumed 2 packets; `--initcwnd 2` is the default here).
+the initial window the kernel used (Appenzeller 2004 assumed 2 packets; `--initcwnd 2` is the default here).
 
 Sized for a 2-core machine: the seed used 40, 80 and 200 Mb/s; the generator's capacity here
 (bench/results/shortflow-capacity/) sets the rates to 5, 10 and 20 Mb/s. The model says the
@@ -137,7 +137,7 @@ def plot_fig10(out: Path, rows: list[dict], spec: Fig10Spec) -> None:
     lengths = sorted({r["packets"] for r in rows})
     f10 = [model.mean_queue_packets(spec.load, model.flow_mix_moments([(n, 1.0)], iw=spec.initcwnd)) for n in lengths]
     ax.plot(lengths, f10, "k--", lw=1, label=f"F10 (M/G/1 bursts, IW {spec.initcwnd}, load {spec.load:g})")
-    title = (f"Seed 000 Fig 10 on this testbed: Poisson short flows at load {spec.load:g}, {spec.cc}, "
+    title = (f"Appenzeller 2004 Fig 10 on this testbed: Poisson short flows at load {spec.load:g}, {spec.cc}, "
              f"buffer {spec.buffer_packets}")  # fmt: skip
     finish_axes(ax, "flow length (packets)", "mean queue (full-size packets)", title)
     save_figure(fig, out / "figure.png")

@@ -1,4 +1,4 @@
-"""Seed 000 Fig 12 measured: the smallest buffer that keeps short flows' average completion time
+"""Appenzeller 2004 Fig 12 measured: the smallest buffer that keeps short flows' average completion time
 within 12.5 % of an unlimited buffer's (`bufsize shortexp fig12 --out DIR`, run by
 series.run_series).
 
@@ -149,7 +149,7 @@ def plot_fig12(out: Path, rows: list[dict], spec: Fig12Spec) -> None:
         pts = sorted({(r["packets"], r[key]) for r in rows if r[key] is not None})
         if pts:
             ax.plot([p for p, _ in pts], [b for _, b in pts], style, lw=1, label=label)
-    title = (f"Seed 000 Fig 12 on this testbed: AFCT within 12.5 % of a {spec.reference_packets}-packet buffer, "
+    title = (f"Appenzeller 2004 Fig 12 here: AFCT within 12.5 % of a {spec.reference_packets}-packet buffer, "
              f"load {spec.load:g}, IW {spec.initcwnd}")  # fmt: skip
     finish_axes(ax, "flow length (packets)", "smallest buffer (packets)", title)
     save_figure(fig, out / "figure.png")

@@ -1,7 +1,7 @@
-"""Seed 001 Fig 1 measured: loss rate against buffer for three kinds of traffic
+"""Dhamdhere 2006 Fig 1 measured: loss rate against buffer for three kinds of traffic
 (`bufsize shortexp loss --out DIR`, run by series.run_series).
 
-Seed 001 (Dhamdhere and Dovrolis 2006) simulated a 50 Mb/s link, RTTs from 30 to 530 ms with a
+Dhamdhere and Dovrolis (2006) simulated a 50 Mb/s link, RTTs from 30 to 530 ms with a
 harmonic mean of 60 ms (so a BDP of 250 packets), NewReno with SACK, and about 200 long flows:
 - P, persistent: 200 long flows, plus mice of 3 to 25 packets at 5 % of the link (open loop);
 - C, closed loop: users who think for an exponential 5 s between transfers whose sizes are a mix
@@ -134,7 +134,7 @@ def write_loss_report(out: Path, rows: list[dict], spec: LossSpec, where: str = 
     if not rows:
         return
     lines = [
-        "| traffic | buffer (pkts) | loss | published (seed 001) | F16 | utilization | flows in CA (mean) | "
+        "| traffic | buffer (pkts) | loss | published (Dhamdhere 2006) | F16 | utilization | flows in CA (mean) | "
         "flows active | transfers | offered load | valid |",
         "|" + "---|" * 11,
     ]
@@ -159,13 +159,15 @@ def plot_loss(out: Path, rows: list[dict], spec: LossSpec, where: str = "this te
             ax.plot([r["buffer_packets"] for r in sel], [100 * r["loss_rate"] for r in sel], "o-", color=color,
                     ms=4, label=f"{names[kind]} (measured)")  # fmt: skip
         pub = PUBLISHED[kind]
-        ax.plot(list(pub), [100 * v for v in pub.values()], "x", color=color, ms=8, label=f"{names[kind]} (seed 001)")
+        ax.plot(
+            list(pub), [100 * v for v in pub.values()], "x", color=color, ms=8, label=f"{names[kind]} (Dhamdhere 2006)"
+        )
     if "P" in spec.workloads:
         bs = sorted(spec.buffers)
         f16 = [100 * model.loss_rate_persistent(spec.persistent_flows, BDP_PACKETS, b) for b in bs]
         ax.plot(bs, f16, "k:", lw=1, label="F16 (persistent)")
     ax.axvline(BDP_PACKETS / spec.persistent_flows**0.5, color="grey", ls="--", lw=0.8, label="RTT*C/sqrt(200)")
     ax.set_ylim(bottom=0)
-    title = f"Seed 001 Fig 1 on {where}: {spec.rate_mbps:g} Mb/s, RTT 30-530 ms (harmonic 60), {spec.cc}"
+    title = f"Dhamdhere 2006 Fig 1 on {where}: {spec.rate_mbps:g} Mb/s, RTT 30-530 ms (harmonic 60), {spec.cc}"
     finish_axes(ax, "buffer (packets)", "loss rate (%)", title)
     save_figure(fig, out / "figure.png")

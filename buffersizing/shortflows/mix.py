@@ -1,7 +1,7 @@
-"""Seed 000 Figs 13-14 measured: long flows plus 20 % of short 14-packet flows, at RTT*C/sqrt(n)
+"""Appenzeller 2004 Figs 13-14 measured: long flows plus 20 % of short 14-packet flows, at RTT*C/sqrt(n)
 and at RTT*C (`bufsize shortexp mix --out DIR`, run by series.run_series).
 
-Seed 000 ran n = 1 to 500 long Reno flows and Poisson 14-packet flows offering 20 % of a 400 Mb/s
+Appenzeller 2004 ran n = 1 to 500 long Reno flows and Poisson 14-packet flows offering 20 % of a 400 Mb/s
 link: with n above about 200 the flows no longer synchronize and a buffer near RTT*C/sqrt(n) keeps
 utilization (Fig 13), and the short flows' average completion time is "much shorter" there than
 with RTT*C (Fig 14). Here: the paper's 62.5 Mb/s link (this machine carries it with the line
@@ -55,7 +55,7 @@ class MixSpec:
         return DumbbellConfig(hosts=hosts, rate_mbps=self.rate_mbps, rtt_ms=parse_rtts(self.rtt_ms, hosts), cc=self.cc)
 
     def buffer_packets(self, cfg: DumbbellConfig, n: int, kind: str) -> int:
-        """RTT*C (mean RTT, as seed 000) or that over sqrt(n)."""
+        """RTT*C (mean RTT, as Appenzeller 2004) or that over sqrt(n)."""
         bdp = cfg.rate_mbps * 1e6 / 8 * statistics.fmean(cfg.rtt_ms) / 1000 / FRAME_BYTES
         return max(1, round(bdp if kind == "bdp" else bdp / math.sqrt(n)))
 
@@ -131,6 +131,6 @@ def plot_mix(out: Path, rows: list[dict], spec: MixSpec, where: str = "this test
         a2.plot(xs, [100 * r["utilization"] for r in sel], style, ms=4, label=label)
     finish_axes(a1, "long-lived flows n", f"AFCT of {SHORT_PACKETS}-packet flows (s)")
     finish_axes(a2, "long-lived flows n", "utilization (%)")
-    fig.suptitle(f"Seed 000 Figs 13-14 on {where}: {spec.rate_mbps:g} Mb/s, RTT {spec.rtt_ms} ms, {spec.cc}, "
+    fig.suptitle(f"Appenzeller 2004 Figs 13-14 on {where}: {spec.rate_mbps:g} Mb/s, RTT {spec.rtt_ms} ms, {spec.cc}, "
                  f"{spec.short_load:.0%} of {SHORT_PACKETS}-packet flows", fontsize=9)  # fmt: skip
     save_figure(fig, out / "figure.png")

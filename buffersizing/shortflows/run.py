@@ -5,7 +5,7 @@
     last transfer ends) -> every transfer's record, the queue, loss, utilization, flows in CA.
 
 Statistics cover the transfers that started inside the measured window; transfers.csv holds every
-one (column `in_window`). The model beside a short-flow-only run is seed 000's M/G/1 burst queue
+one (column `in_window`). The model beside a short-flow-only run is Appenzeller 2004's M/G/1 burst queue
 (F9-F11) computed from the lengths actually sent and the initial window the kernel actually used.
 """
 
@@ -71,7 +71,7 @@ class ShortFlowOptions:
     fidelity_s: float = 0.0
     grace_s: float = 5.0
     long_warmup_s: float | None = None  # of the long flows before the short ones; None: as measure does
-    # A buffer ladder (seed 000 Fig 12): after a first window of ladder_window_s at the run's buffer,
+    # A buffer ladder (Appenzeller 2004 Fig 12): after a first window of ladder_window_s at the run's buffer,
     # the buffer is changed in place to each of these in turn, settled, and measured as long.
     ladder_packets: list[int] = field(default_factory=list)
     ladder_window_s: float = 30.0
@@ -380,7 +380,7 @@ def window_fields(cfg: DumbbellConfig, rows: list[dict], recording, packets: int
 
 
 def ca_summary(counts: list[tuple[float, int, int]], window: tuple[float, float]) -> dict:
-    """Flows active each second and those in congestion avoidance (seed 000's n, footnote 9): the
+    """Flows active each second and those in congestion avoidance (Appenzeller 2004's n, footnote 9): the
     long flows if there are any, else the short ones."""
     ca = [(t, active, n) for t, active, n in counts if window[0] <= t <= window[1]]
     if not ca:

@@ -1,7 +1,7 @@
-"""Seed 003's transfer times measured: web users at a BDP buffer and at a sqrt(N) buffer
+"""Tomioka's transfer times measured: web users at a BDP buffer and at a sqrt(N) buffer
 (`bufsize shortexp transfer --out DIR`, run by series.run_series).
 
-Seed 003 (Tomioka, Hasegawa, Murata) simulated SURGE web users on a 100 Mb/s dumbbell with 5 ms
+Tomioka, Hasegawa and Murata simulated SURGE web users on a 100 Mb/s dumbbell with 5 ms
 access links, bottleneck delays D of 20 and 90 ms (round trips of 60 and 200 ms), and compared the
 "normal" buffer C x RTT with the "sqrtN" buffer C x RTT / sqrt(N): sqrtN lost more packets at every
 point, its transfer-time penalty small at D = 20 ms and larger at 90 ms (Figs 4-5).
@@ -146,5 +146,5 @@ def plot_transfer(out: Path, rows: list[dict], spec: TransferSpec) -> None:
         ax.set_yscale("log")
         title = f"RTT {rtt:g} ms, {spec.users} web users, {spec.rate_mbps:g} Mb/s"
         finish_axes(ax, "transfer size (packets, bin start)", "transfer time (s)", title)
-    fig.suptitle("Seed 003 on this testbed: transfer time at C x RTT against C x RTT / sqrt(N)", fontsize=10)
+    fig.suptitle("Tomioka on this testbed: transfer time at C x RTT against C x RTT / sqrt(N)", fontsize=10)
     save_figure(fig, out / "figure.png")

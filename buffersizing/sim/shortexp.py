@@ -1,13 +1,13 @@
 """Short-flow experiments on the ns-3 twin: `bufsize sim shortexp loss|mix`.
 
-Seed 001 Fig 1 (buffersizing/shortflows/loss.py) point for point: the same LossSpec, link (18
+Dhamdhere 2006 Fig 1 (buffersizing/shortflows/loss.py) point for point: the same LossSpec, link (18
 hosts, RTTs 30-530 ms, harmonic mean 60), workloads and buffers, and the same transfers. The
 open-loop arrivals, sizes and users' think times are drawn exactly as the emulated generator draws
 them (traffic/generator.py: the same seeds, the same order), so both testbeds offer the same
 transfers; only TCP and the link differ. Timeline as emulated: long flows warm up, then the short
 flows start, and the window measured is from warmup_s after their start to duration_s.
 
-Seed 000 Figs 13-14 (shortflows/mix.py) the same way: long flows plus 20 % of 14-packet flows at
+Appenzeller 2004 Figs 13-14 (shortflows/mix.py) the same way: long flows plus 20 % of 14-packet flows at
 RTT*C/sqrt(n) and RTT*C, with the series' own initial window (2).
 
 The twin's directory is read by the emulated report (loss_rows/mix_rows and their writers): same
@@ -258,7 +258,7 @@ def _s(x: float | None) -> str:
 def loss_beside(twin: list[dict], emulated: list[dict]) -> str:
     emu = {(r["workload"], r["buffer_packets"]): r for r in emulated}
     lines = [
-        "| traffic | buffer (pkts) | twin loss | emulation loss | emulation / twin | seed 001 | twin utilization | "
+        "| traffic | buffer (pkts) | twin loss | emulation loss | emulation / twin | published | twin utilization | "
         "emulation utilization |",
         "|" + "---|" * 8,
     ]

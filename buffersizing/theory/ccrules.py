@@ -1,6 +1,6 @@
-"""Buffer rules for the congestion controls this kernel runs: Reno's (seed 000), and CUBIC's and BBR's.
+"""Buffer rules for the congestion controls this kernel runs: Reno's (Appenzeller 2004), and CUBIC's and BBR's.
 
-Seed 000's two rules assume Reno, whose window halves on a loss: one flow needs RTT*C (F1), n
+Appenzeller 2004's two rules assume Reno, whose window halves on a loss: one flow needs RTT*C (F1), n
 desynchronized flows RTT*C/sqrt(n) (F4). Spang, Arslan and McKeown, "Updating the Theory of Buffer
 Sizing" (Performance 2021, arXiv 2109.11693), redo both for the algorithms in use since:
 
@@ -11,9 +11,9 @@ Sizing" (Performance 2021, arXiv 2109.11693), redo both for the algorithms in us
 - n desynchronized flows: the paper shows the sum of windows still concentrates as sqrt(n), so the
   buffer still falls as 1/sqrt(n) for CUBIC (and BBR), with a constant that depends on the algorithm.
 
-The constant for n flows is our derivation, in seed 000's own terms (F6, F7), not the paper's: each
+The constant for n flows is our derivation, in Appenzeller 2004's own terms (F6, F7), not the paper's: each
 window follows its sawtooth from beta W to W, and the normal sum of n of them has a standard
-deviation of sqrt(n) times one window's. Seed 000 takes a window uniform on [W/2, W] (Reno's straight
+deviation of sqrt(n) times one window's. Appenzeller 2004 takes a window uniform on [W/2, W] (Reno's straight
 sawtooth), whose deviation is 1/(3 sqrt 3) of the mean window. A straight sawtooth from beta W has
 (1 - beta)/((1 + beta) sqrt 3); CUBIC's window grows as W - C (K - t)^3, so it spends longer near W:
 with u uniform on [0, 1] the window is W (1 - (1 - beta) u^3), whose deviation is
@@ -45,14 +45,14 @@ from dataclasses import dataclass
 # Window after a loss as a fraction of the window before it (the kernels' constants).
 BETA = {"reno": 0.5, "cubic": 0.7, "bic": 0.8}
 SOURCE = 'Spang, Arslan, McKeown, "Updating the Theory of Buffer Sizing", Performance 2021 (arXiv 2109.11693)'
-SEED = "Appenzeller, Keslassy, McKeown, SIGCOMM 2004 (seed 000, F1 and F4)"
+SEED = "Appenzeller, Keslassy, McKeown, SIGCOMM 2004 (Appenzeller 2004, F1 and F4)"
 # BBR v1's pacing gain in the round trip after its probe: the buffer covers the (1 - gain) x BDP it leaves unsent.
 BBR_DRAIN_GAIN = 0.75
 
 
 def window_deviation(cc: str) -> float:
     """Standard deviation of one flow's window over its cycle, as a share of its mean (our derivation
-    for beta != 0.5; Reno's is seed 000's F6)."""
+    for beta != 0.5; Reno's is Appenzeller 2004's F6)."""
     if cc not in BETA:
         raise ValueError(f"no loss-based window rule for {cc!r} (known: {', '.join(BETA)})")
     beta = BETA[cc]
@@ -109,12 +109,12 @@ def rule_for(cc: str) -> CcRule:
         single,
         window_deviation(cc) / window_deviation("reno"),
         f"{SOURCE}: B >= BDP (1 - beta)/beta with beta {beta}",
-        f"our derivation: seed 000's F6/F7 with {cc}'s window shape (beta {beta}); 1/sqrt(n) as in {SOURCE}",
+        f"our derivation: Appenzeller 2004's F6/F7 with {cc}'s window shape (beta {beta}); 1/sqrt(n) as in {SOURCE}",
     )
 
 
 def utilization_bound(cc: str, buffer_packets: float, bdp_packets: float, flows: int) -> float:
-    """Seed 000's F7 with `cc`'s window deviation (loss-based only): P(BDP <= sum W <= BDP + B) for a
+    """Appenzeller 2004's F7 with `cc`'s window deviation (loss-based only): P(BDP <= sum W <= BDP + B) for a
     normal sum of windows centred in the buffer. For Reno it is F7 exactly."""
     if buffer_packets <= 0:
         return 0.0

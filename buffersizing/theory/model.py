@@ -1,6 +1,6 @@
 """Closed-form buffer-sizing models from the seed papers, to set measurements against.
 
-Formula ids (F1..F22) are those of the formula sheet in shared/notes/seeds-checklist.md, section 0.
+Formula ids (F1..F22) are those of the formula sheet in docs/references.md (Formulas).
 Units are in the names: `_packets`, `_s` (seconds), `_bps` (bits/s), `_pps` (packets/s). A "packet"
 here is `packet_bytes` long (1500 by default, as in the papers; the testbed's own frames are
 FRAME_BYTES = 1514, so pass that when comparing with bufsize measurements). Loads and probabilities
@@ -555,7 +555,7 @@ def format_report(p: Prediction) -> str:
         rtt = f"{p.rtt_ms:.2f} ms (harmonic mean of {', '.join(f'{r:g}' for r in p.rtts_ms)})"
     lines = [
         f"Model predictions: {p.flows} long flow{'s' if p.flows != 1 else ''}, {p.rate_mbps:g} Mb/s, "
-        f"{p.packet_bytes}-byte packets (formula ids: seeds checklist, section 0)",
+        f"{p.packet_bytes}-byte packets (formula ids: docs/references.md, Formulas)",
         _line("round-trip time", rtt, "F20" if len(p.rtts_ms) > 1 else ""),
         _line("link rate", f"{p.rate_pps:.1f} packets/s", ""),
         _line("rule of thumb RTT*C", f"{p.bdp_packets:.1f} packets", "F1"),

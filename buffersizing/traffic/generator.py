@@ -8,7 +8,7 @@ It listens on the receiver, then starts transfers from the sender hosts' namespa
 socket is made in its host's namespace: bufsize.topologies.netns.NamespaceSockets) as the workload says.
 A transfer opens a connection, sends a 16-byte header (its id and size) and the rest of its bytes,
 and waits for the receiver to close. Its record comes from what the kernel and the receiver saw:
-- start: just before connect(), so the SYN is its first packet (seed 000's AFCT starts there);
+- start: just before connect(), so the SYN is its first packet (Appenzeller 2004's AFCT starts there);
 - end: when the receiver has read the last byte (AFCT ends "when the last packet reaches the
   destination"); both are CLOCK_MONOTONIC, the clock of the queue monitor;
 - initial window and MSS: TCP_INFO right after the handshake; retransmissions: TCP_INFO once the
