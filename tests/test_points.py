@@ -89,3 +89,33 @@ def test_a_stopped_sweep_ends_its_children(tmp_path):
     assert not Path(f"/proc/{pid}").exists(), "the running point was left behind"
     assert finished(tmp_path, 2, 1) and not finished(tmp_path, 4, 1)
     assert "SystemExit" in (error_of(point_dir(tmp_path, 4, 1)) or "")
+
+
+def test_on_a_terminal_one_bar_with_the_eta_and_the_probe_beneath_it(tmp_path):
+    """A live Display draws the bar in place (tqdm) with the point and ETA, puts a probe's line on the
+    status line beneath it instead of scrolling, and prints a finished point above the bar; the same
+    events on a stream that is not a terminal are plain lines, with no control characters."""
+    import io
+
+    from bufsize.scaffold.display import Display
+
+    def task(n: int, r: int, d: Path) -> None:
+        say(f"  probe  1: {10 * n} packets -> median 99.20% pass [3 samples]")
+        answer(n, r, d)
+
+    live = io.StringIO()
+    say = Display(live, live=True)
+    res = run_points(Sweep(tmp_path / "live", [(2, 1), (4, 1)], 1, estimate=lambda n: 10.0 * n), task, say)
+    assert res["finished"] == 2
+    screen = live.getvalue()
+    assert "\r" in screen and "point 2/2: N=4 run 1/1" in screen and "ETA" in screen, screen
+    assert "probe  1: 40 packets -> median 99.20% pass" in screen
+    assert "  point N=2 run 1: 7 packets" in screen and "2/2 points finished" in screen
+
+    plain = io.StringIO()
+    say = Display(plain)  # StringIO is not a terminal
+    run_points(Sweep(tmp_path / "plain", [(2, 1), (4, 1)], 1, estimate=lambda n: 10.0 * n), task, say)
+    lines = plain.getvalue().splitlines()
+    assert "\r" not in plain.getvalue() and "\x1b" not in plain.getvalue()
+    assert any(s.startswith("[") and "point 1/2: N=2 run 1/1 | elapsed" in s and "ETA" in s for s in lines), lines
+    assert "  probe  1: 20 packets -> median 99.20% pass [3 samples]" in lines

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from bufsize.scaffold.display import Display
 from bufsize.scaffold.resultdir import read_finished, write_json_atomic
 from bufsize.topologies.safefiles import make_dirs
 
@@ -56,13 +57,17 @@ class Sweep:
 
 
 class Progress:
-    """The progress line of a sweep: a bar, the point, elapsed time and an ETA from the model's estimate
-    scaled by how this machine has done so far in this sweep."""
+    """The progress of a sweep: a bar, the point, elapsed time and an ETA from the model's estimate
+    scaled by how this machine has done so far in this sweep. Given a live Display (a terminal), the
+    bar is drawn in place with the current probe beneath it; otherwise each point is a line."""
 
     def __init__(self, sweep: Sweep, todo: list[tuple[int, int]], say: Callable[[str], None]) -> None:
         self.sweep, self.todo, self.say = sweep, todo, say
         self.t0 = time.monotonic()
         self.spent = self.estimated = 0.0
+        self.display = say if isinstance(say, Display) else None
+        if self.display is not None:
+            self.display.start(len(sweep.points), len(sweep.points) - len(todo))
 
     def done(self) -> int:
         return sum(finished(self.sweep.out, *p) for p in self.sweep.points)
@@ -77,8 +82,12 @@ class Progress:
             remaining = sum(est(m) for m, _ in self.todo[i:])
             eta = f" | ETA {clock(remaining * (self.spent / self.estimated if self.estimated else 1.0))}"
         done = len(self.sweep.points) - len(self.todo) + i
-        self.say(f"{self.bar(done)} point {done + 1}/{len(self.sweep.points)}: N={n} {self.sweep.run_name} {r}/"
-                 f"{self.sweep.runs} | elapsed {clock(time.monotonic() - self.t0)}{eta}")  # fmt: skip
+        what = f"point {done + 1}/{len(self.sweep.points)}: N={n} {self.sweep.run_name} {r}/{self.sweep.runs}"
+        times = f"elapsed {clock(time.monotonic() - self.t0)}{eta}"
+        if self.display is not None and self.display.showing():
+            self.display.step(done, what, times)
+        else:
+            self.say(f"{self.bar(done)} {what} | {times}")
 
     def ended(self, n: int, r: int, seconds: float, why: str | None) -> None:
         if self.sweep.estimate is not None:
@@ -93,6 +102,8 @@ class Progress:
         self.say(f"  point {point}: {res.get('buffer_packets')} packets{flagged} in {clock(seconds)}")
 
     def closing(self) -> int:
+        if self.display is not None:
+            self.display.close()
         done = self.done()
         self.say(f"[{'#' * 20}] {done}/{len(self.sweep.points)} points finished in "
                  f"{clock(time.monotonic() - self.t0)}; results in {self.sweep.out}/")  # fmt: skip

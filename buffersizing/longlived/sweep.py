@@ -14,7 +14,6 @@ import argparse
 import json
 import math
 import statistics
-import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -25,6 +24,7 @@ from bufsize.longlived.points import Sweep, clock, finished, point_dir, run_poin
 from bufsize.longlived.presets import DEFAULT_PRESET, preset
 from bufsize.longlived.search import FirstGuess, SearchOptions, default_samples, run_search
 from bufsize.monitors.cpu import SAMPLE_STEAL_LIMIT
+from bufsize.scaffold.display import Display
 from bufsize.scaffold.lists import parse_flow_list
 from bufsize.scaffold.manifest import machine_manifest
 from bufsize.scaffold.resultdir import check_out_dir, read_finished, write_json_atomic
@@ -326,7 +326,7 @@ def run_sweep(
 ) -> dict:
     """Every point of the sweep, or `only` those (in the sweep's order; another machine runs the rest),
     one at a time in this process (points.run_points)."""
-    say = log or (lambda s: print(s, file=sys.stderr, flush=True))
+    say = log or Display()  # a live bar on a terminal, lines elsewhere
     spec.validate()
     open_sweep(out, spec, backend, allow_mixed_shapers)
     say(f"shaper: {sweep_shapers(spec, backend)}, delay backend: {backend}")

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bufsize.longlived.points import Sweep, run_points
 from bufsize.longlived.search import SearchOptions
+from bufsize.scaffold.display import Display
 from bufsize.scaffold.resultdir import check_out_dir, write_json_atomic
 from bufsize.scaffold.schema import stamp
 from bufsize.sim.search import check_start_buffer, run_sim_search, simulator_manifest, validate
@@ -106,7 +106,7 @@ def default_jobs() -> int:
 def run_sim_sweep(out: Path, spec: SimSweepSpec, jobs: int, say: Callable[[str], None] | None = None) -> dict:
     """Every (N, seed) not finished yet, `jobs` at a time as child processes (points.run_points),
     largest N first (they take longest); each point's progress goes to its own search.log."""
-    say = say or (lambda s: print(s, file=sys.stderr, flush=True))
+    say = say or Display()  # a live bar on a terminal, lines elsewhere
     spec.validate()
     check_jobs(jobs)
     open_sim_sweep(out, spec)
