@@ -51,6 +51,25 @@ def test_help_ends_with_its_example_and_the_exit_statuses(name):
     assert callable(args.func)
 
 
+@pytest.mark.parametrize("name", ["search", "sweep", "measure", "sim search", "sim sweep"])
+def test_the_options_of_an_experiment_are_listed_by_group(name):
+    """The long option lists come in groups (the link, the search, output, ...), each under its title,
+    with every option of a group below it and none left loose but help and a command's own few."""
+    p = ALL[name]
+    titles = [
+        g.title for g in p._action_groups if g._group_actions and g.title not in ("options", "positional arguments")
+    ]
+    assert {"the link", "output"} <= set(titles) and len(titles) >= 3, titles
+    text = p.format_help()
+    for g in p._action_groups:
+        if g.title in titles:
+            at = text.index(f"\n{g.title}:\n")
+            for action in g._group_actions:
+                assert text.index(action.option_strings[-1], at) > at, (g.title, action.option_strings)
+    loose = [a for a in p._action_groups if a.title == "options"][0]._group_actions
+    assert len(loose) <= 4, [a.option_strings for a in loose]
+
+
 def committed(family: str) -> Path:
     """The newest committed sweep of a family (its results, table and figure)."""
     return sorted(t.parent for t in (REPO / "results" / family).glob("*/table.md") if not t.parent.is_symlink())[-1]

@@ -107,9 +107,11 @@ def add_link_commands(command: Command) -> None:
 
     w = command("sweep", commands.cmd_sweep, "one search per (N, run) into a resumable sweep directory, then plot it")
     options.add_sweep_args(w)
-    w.add_argument("--out", help="sweep directory; re-running the same command resumes it (needed but for"
-                   " --print-config)")  # fmt: skip
-    w.add_argument("--points", help="only these N:run points of the sweep, e.g. 2:1,10:1 (what bufsize remote uses)")
+    options.group(w, "output").add_argument("--out", help="sweep directory; re-running the same command resumes"
+                                            " it (needed but for --print-config)")  # fmt: skip
+    options.group(w, "the sweep").add_argument(
+        "--points", help="only these N:run points of the sweep, e.g. 2:1,10:1 (what bufsize remote uses)"
+    )
     options.add_link_choice(w, "sweep")
     add_report_args(w, "the plan")
     options.add_print_config_arg(w)
@@ -195,8 +197,9 @@ def add_tool_commands(command: Command) -> None:
 
 
 def add_report_args(p: argparse.ArgumentParser, plan: str) -> None:
-    p.add_argument("--json", action="store_true", help="print the outcome as JSON on stdout (progress on stderr)")
-    p.add_argument("--dry-run", action="store_true", help=f"print {plan} and its estimated time; build nothing")
+    g = options.group(p, "output")
+    g.add_argument("--json", action="store_true", help="print the outcome as JSON on stdout (progress on stderr)")
+    g.add_argument("--dry-run", action="store_true", help=f"print {plan} and its estimated time; build nothing")
 
 
 # The experiments that run on either link. `--link simulated` hands the command line to the twin's

@@ -22,6 +22,7 @@ from bufsize.cli.options import (
     add_search_args,
     add_sender_pacing_arg,
     add_util_table_args,
+    group,
     printed_config,
 )
 from bufsize.longlived.presets import DEFAULT_PRESET, preset
@@ -34,16 +35,19 @@ from bufsize.topologies.config import parse_rtts
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.nssim import MAX_SIM_FLOWS, MAX_SIM_HOSTS, SIM_CCS, SIM_RTOS, SimConfig
 
+# Option groups of the twin's commands beside those of cli/options.py.
+HOSTS, SIM = "hosts, flows and buffer", "the simulation"
+
 
 def add_sim_link_args(p: argparse.ArgumentParser, hosts_help: str, by_preset: bool = False, **path: object) -> None:
     """The twin's link options; `by_preset`: the rate, RTT and cc default to the preset's (search, sweep);
     `path`: other defaults for add_path_args (util-table's 155 Mb/s)."""
     if "hosts" not in {a.dest for a in p._actions}:  # util-table's comes with its rows
-        p.add_argument("--hosts", type=int, help=hosts_help)
+        group(p, HOSTS).add_argument("--hosts", type=int, help=hosts_help)
     # ns-3's TcpLinuxReno, TcpCubic or TcpBbr.
     none = {"rate": None, "rtt": None, "cc": None} if by_preset else {}
     add_path_args(p, ccs=SIM_CCS, access_help="access link rate (default 1000)", **none, **path)  # type: ignore[arg-type]
-    p.add_argument(
+    group(p, "the traffic").add_argument(
         "--start-spread-s",
         type=float,
         default=1.0,
@@ -62,7 +66,7 @@ def add_start_buffer_arg(p: argparse.ArgumentParser, measure: bool = False) -> N
     else:
         text = ("the buffer the flows start at before calibration: calibration (2 BDP, default, as emulated), "
                 "small (the model's first probe, at least one packet per flow) or packets")  # fmt: skip
-    p.add_argument(
+    group(p, "the traffic").add_argument(
         "--start-buffer",
         default="calibration",
         help=text + "; a small one keeps slow start from "
@@ -75,10 +79,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     cmds = sim.add_subparsers(dest="sim_cmd", required=True, parser_class=type(sim))
 
     s = cmds.add_parser("search", help="smallest buffer keeping the simulated link at the target utilization")
-    s.add_argument("--flows", type=int, default=10, help="long-lived flows (default 10)")
+    group(s, HOSTS).add_argument("--flows", type=int, default=10, help="long-lived flows (default 10)")
     add_preset_arg(s, "its link and search rule; default full; bic, which ns-3 lacks, runs as cubic")
     add_sim_link_args(s, "sender hosts (default: one per flow up to 400)", by_preset=True)
-    s.add_argument("--seed", type=int, default=1, help="the simulation's seed (default 1): same seed, same answer")
+    group(s, SIM).add_argument(
+        "--seed", type=int, default=1, help="the simulation's seed (default 1): same seed, same answer"
+    )
     add_start_buffer_arg(s)
     add_search_args(s)
     s.set_defaults(samples=None, resolution=None, max_samples=None, precision=None, target=None)
@@ -87,10 +93,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=cmd_sim_search)
 
     m = cmds.add_parser("measure", help="utilization, loss and queue of the simulated link at one buffer")
-    m.add_argument("--flows", type=int, default=10, help="long-lived flows (default 10)")
+    group(m, HOSTS).add_argument("--flows", type=int, default=10, help="long-lived flows (default 10)")
     add_sim_link_args(m, "sender hosts (default: one per flow up to 400)")
-    m.add_argument("--seed", type=int, default=1, help="the simulation's seed (default 1)")
-    m.add_argument("--buffer-packets", type=int, required=True, help="bottleneck buffer in packets")
+    group(m, SIM).add_argument("--seed", type=int, default=1, help="the simulation's seed (default 1)")
+    group(m, HOSTS).add_argument("--buffer-packets", type=int, required=True, help="bottleneck buffer in packets")
     add_sender_pacing_arg(m)  # search and sweep have it from add_search_args
     add_measure_timing_args(m)  # the emulated measure's own, in simulated seconds
     add_start_buffer_arg(m, measure=True)
@@ -99,27 +105,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m.set_defaults(func=cmd_sim_measure)
 
     w = cmds.add_parser("sweep", help="one twin search per (N, seed), several at a time, resumable")
-    w.add_argument("--flows", help="numbers of flows, comma-separated (default: the preset's)")
-    w.add_argument("--seeds", type=int, default=3, help="searches per N, seeds 1..this (default 3)")
+    group(w, HOSTS).add_argument("--flows", help="numbers of flows, comma-separated (default: the preset's)")
+    group(w, SIM).add_argument("--seeds", type=int, default=3, help="searches per N, seeds 1..this (default 3)")
     add_preset_arg(w, "its N, link and search rule; default full; bic, which ns-3 lacks, runs as cubic")
     add_sim_link_args(w, "most sender hosts; each point uses min(N, this) (default 400)", by_preset=True)
     add_start_buffer_arg(w)
     add_search_args(w)
     w.set_defaults(samples=None, resolution=None, max_samples=None, precision=None, target=None)
-    w.add_argument("--jobs", type=int, help="simulations at once (default: one per CPU)")
-    w.add_argument("--out", help="sweep directory; re-running the same command resumes it (needed but for"
-                   " --print-config)")  # fmt: skip
+    group(w, SIM).add_argument("--jobs", type=int, help="simulations at once (default: one per CPU)")
+    group(w, "output").add_argument("--out", help="sweep directory; re-running the same command resumes it"
+                                    " (needed but for --print-config)")  # fmt: skip
     add_print_config_arg(w)
     w.set_defaults(func=cmd_sim_sweep)
 
     u = cmds.add_parser("util-table", help="Appenzeller 2004 Fig 15 on the twin: utilization at 0.5-3 x RTT*C/sqrt(n)")
     add_util_table_args(u)
     add_sim_link_args(u, "most sender hosts; row n uses min(n, this)", rate=155.0, rtt="80..120")
-    u.add_argument("--seed", type=int, default=1, help="the simulation's seed (default 1)")
+    group(u, SIM).add_argument("--seed", type=int, default=1, help="the simulation's seed (default 1)")
     add_sender_pacing_arg(u)
     add_measure_timing_args(u)
     add_start_buffer_arg(u, measure=True)
-    u.add_argument("--json", action="store_true", help="print the table's rows and files as JSON (progress on stderr)")
+    group(u, "output").add_argument(
+        "--json", action="store_true", help="print the table's rows and files as JSON (progress on stderr)"
+    )
     add_print_config_arg(u)
     u.set_defaults(func=cmd_sim_util_table)
 

@@ -202,5 +202,6 @@ def _fit(points: list[tuple[float, float, int]], target: float) -> Fit | None:
 def t_quantile(p: float, dof: int) -> float:
     """Student's t quantile from the normal one (Cornish-Fisher, two terms): within 1 % from 6 degrees
     of freedom, which is all the interval needs (the noise estimate behind it is rougher)."""
+    # Not scipy.stats.t.ppf: scipy (tens of MB) for one quantile whose extra precision the interval cannot use.
     z = statistics.NormalDist().inv_cdf(p)
     return z + (z**3 + z) / (4 * dof) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * dof**2)
