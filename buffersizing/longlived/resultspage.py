@@ -8,6 +8,7 @@ names; `bufsize report --check` says whether the committed page is the one the r
 
 from __future__ import annotations
 
+import csv
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,9 +104,43 @@ def section(e: Experiment, d: Path, repo: Path) -> list[str]:
     return lines
 
 
+# The README's two commands, timed on fresh clones: results/timings/commands.csv, one row a run.
+TIMINGS = Path("results") / "timings" / "commands.csv"
+COMMANDS = ("./setup.sh quick", "./setup.sh test")
+RECENT = 5  # the passing runs a figure is taken over: the newest, since the suite grows
+
+
+def command_minutes(repo: Path) -> dict[str, tuple[int, int, int, int]]:
+    """Each command's (median, shortest, longest) whole time in minutes over its newest passing runs, and
+    how many runs that is: the README's times are these medians."""
+    with open(repo / TIMINGS, newline="") as f:
+        rows = list(csv.DictReader(f))
+    out = {}
+    for command in COMMANDS:
+        s = [int(r["seconds"]) for r in rows if r["command"] == command and r["outcome"] == "pass"][-RECENT:]
+        if s:
+            out[command] = (round(statistics.median(s) / 60), round(min(s) / 60), round(max(s) / 60), len(s))
+    return out
+
+
+def timings_section(repo: Path) -> list[str]:
+    lines = [
+        "## How long the two commands take",
+        "",
+        f"On fresh clones, alone on a 2-core machine, set-up included (`{TIMINGS.as_posix()}`; the newest",
+        f"{RECENT} passing runs of each). The README quotes the medians.",
+        "",
+        "| command | median, minutes | range, minutes | runs |",
+        "|---|---|---|---|",
+    ]
+    for command, (med, lo, hi, n) in command_minutes(repo).items():
+        lines.append(f"| `{command}` | {med} | {lo}..{hi} | {n} |")
+    return [*lines, ""]
+
+
 def results_page(repo: Path) -> str:
     results_dir = repo / "results"
-    parts = [HEAD]
+    parts = [HEAD, "\n".join(timings_section(repo))]
     for e in EXPERIMENTS:
         d = newest(results_dir, e)
         if d is None:
