@@ -4,6 +4,7 @@ build, create and contact nothing."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -124,11 +125,21 @@ def test_plot_json_lists_the_files_it_wrote(tmp_path):
     assert {"figure.png", "table.csv"} <= {p.name for p in wrote}
 
 
-def test_clean_json(root):
-    res = bufsize("clean", "--json")
-    assert res.returncode in (0, 1), res.stderr
-    out = json.loads(res.stdout)
-    assert set(out) == {"removed", "refused"} and all(isinstance(v, list) for v in out.values())
+def test_clean_json_names_what_it_removed(root):
+    """A toolkit-named namespace that no run's ledger names and nobody is in (what a run killed before
+    it wrote its ledger leaves) is removed, and `--json` names it under "removed"."""
+    name = f"bsz-cj{os.getpid():x}-h1"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        res = bufsize("clean", "--json")
+        assert res.returncode in (0, 1), res.stderr
+        out = json.loads(res.stdout)
+        assert set(out) == {"removed", "refused"} and all(isinstance(v, list) for v in out.values())
+        assert f"namespace {name}" in out["removed"], out
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+        assert name not in listed.split()
+    finally:
+        subprocess.run(["ip", "netns", "delete", name], capture_output=True)  # only if the test failed first
 
 
 def test_the_main_job_writes_where_git_does_not_look():

@@ -10,7 +10,7 @@ import pytest
 from conftest import bufsize
 
 from bufsize.longlived import utiltable
-from bufsize.theory.model import utilization_lower_bound
+from bufsize.theory.model import single_flow_utilization, utilization_lower_bound
 from bufsize.topologies.config import resolve_shaper
 
 
@@ -53,9 +53,9 @@ def test_measure_reports_utilization_loss_and_queue_within_the_buffer(no_leftove
     r = json.loads(res.stdout)
     assert r["buffer_packets"] == 20 and r["flows"] == 4
     assert r["options"]["warmup_s"] == 3  # given, so not the 15 s floor, and the result says so
-    assert 0.5 < r["utilization"] <= 1.01, r["utilization"]
+    assert sawtooth_floor(20, r) <= r["utilization"] <= 1.01, (r["utilization"], sawtooth_floor(20, r))
     (p,) = r["points"]
-    assert p["packets_sent"] > 0 and p["bottleneck_drops"] >= 0
+    assert p["packets_sent"] > 0 and p["bottleneck_drops"] > 0  # 20 packets overflow within seconds
     assert math.isclose(
         r["loss_rate"], p["bottleneck_drops"] / (p["packets_sent"] + p["bottleneck_drops"]), abs_tol=1e-5
     )
@@ -70,6 +70,17 @@ def test_measure_reports_utilization_loss_and_queue_within_the_buffer(no_leftove
     (out / "queue.png").unlink()
     again = bufsize("plot", str(out))
     assert again.returncode == 0 and (out / "queue.png").exists(), again.stderr
+
+
+# Flows in phase are the fluid sawtooth's worst case, and cubic backs off less than Reno's half: the
+# utilization is at least the sawtooth's (theory/model.py), less what a short run of real TCP (slow
+# start, recovery) falls under the fluid model (one Reno flow at 0.25 BDP read 5-6 points under it on
+# both links, docs/lab/links.md).
+SAWTOOTH_SLACK = 0.08
+
+
+def sawtooth_floor(buffer_packets: int, r: dict) -> float:
+    return single_flow_utilization(buffer_packets, r["bdp_packets"]) - SAWTOOTH_SLACK
 
 
 def assert_manifest(out, r: dict, shaper: str) -> None:
@@ -95,7 +106,8 @@ def test_measure_with_the_line_shaper(no_leftovers, tmp_path):
     assert r["queue"]["max_packets"] <= 10 and r["queue"]["samples"] > 100
     assert p["bottleneck_drops"] > 0 and r["drops"]["bottleneck_buffer"] > 0
     assert r["drops"]["outside_bottleneck_total"] == 0, r["drops"]
-    assert 0.5 < r["utilization"] <= 1.01 and 0.9 < r["reference_rate_mbps"] / 20 <= 1.01
+    assert sawtooth_floor(10, r) <= r["utilization"] <= 1.01, (r["utilization"], sawtooth_floor(10, r))
+    assert 0.9 < r["reference_rate_mbps"] / 20 <= 1.01
     assert r["fidelity"]["available"] and r["fidelity"]["departures"] > 1000, r["fidelity"]
     assert r["fidelity"]["overruns"] == 0, r["fidelity"]  # the ring buffer sized to the trace held it all
     # The delay line's timekeeping over the 5 s sampled (its snapshots are up to 0.2 s old each).

@@ -103,27 +103,51 @@ def test_plot_on_any_result_and_csv_content_plots_or_says_why(in_process, tmp_pa
     assert code == 0 or (code == 2 and len(err.strip().splitlines()) == 1), (code, err)
 
 
+SPEC = make_spec(None, [2], {"shaper": "line"}, {})
+OWN = {"spec": SPEC.to_dict(), "machine": {"shaper": "line"}}
+
+
+def changed(key: str, value: object) -> dict:
+    """This spec's own manifest with one setting changed (a key of the spec or of its search)."""
+    spec = json.loads(json.dumps(OWN["spec"]))
+    (spec["search"] if key in spec["search"] else spec)[key] = value
+    return {"spec": spec, "machine": OWN["machine"]}
+
+
+SETTINGS = sorted(k for k in {*OWN["spec"], *OWN["spec"]["search"]} if k not in ("search", "runs"))
 MANIFESTS = st.one_of(
     JSON.map(json.dumps),
     st.dictionaries(st.sampled_from(["spec", "machine"]), JSON, max_size=2).map(json.dumps),
     st.text(max_size=40),
     st.just("[" * 5000),  # nested past the parser's recursion limit
+    # The resume branch: the sweep's own manifest, with one setting changed or with more runs asked.
+    st.just(json.dumps(OWN)),
+    st.builds(lambda k, v: json.dumps(changed(k, v)), st.sampled_from(SETTINGS), JSON),
+    st.integers(1, 5).map(lambda fewer: json.dumps(changed("runs", max(0, SPEC.runs - fewer)))),
 )
 
 
-@examples(200)
+@examples(300)
 @given(text=MANIFESTS)
 def test_resuming_from_any_manifest_resumes_or_refuses_in_one_line(tmp_path, text) -> None:
+    """The sweep's own manifest is resumed (and one made with fewer runs a point, grown); any other
+    is refused in one line that names a changed setting, never a traceback."""
     out = tmp_path / "sweep"
     out.mkdir(exist_ok=True)
     (out / "manifest.json").write_text(text)
-    spec = make_spec(None, [2], {"shaper": "line"}, {})
     try:
-        manifest = existing_manifest(out, spec)
+        manifest = existing_manifest(out, SPEC)
     except UsageError as e:
         assert "\n" not in str(e)
+        doc = json.loads(text) if text.startswith("{") else None
+        if isinstance(doc, dict) and isinstance(doc.get("spec"), dict) and doc["spec"] != OWN["spec"]:
+            assert "different settings" in str(e) or "not a sweep manifest" in str(e), str(e)
+        assert text != json.dumps(OWN), str(e)  # the sweep's own manifest is never refused
         return
-    assert isinstance(manifest, dict)  # only a manifest of this very spec is resumed
+    assert isinstance(manifest, dict)
+    old = manifest["spec"]
+    grown = old | {"runs": SPEC.runs} == OWN["spec"] and isinstance(old.get("runs"), int) and old["runs"] < SPEC.runs
+    assert old == OWN["spec"] or grown, old  # only this very spec is resumed, or grown to more runs
 
 
 def test_the_option_list_covers_every_command() -> None:

@@ -69,6 +69,20 @@ class Crossing:
         for want of a failing or passing one nearby, where the curve's bend would bias the line."""
         return all(in_window(b, self.packets) for b in self.buffers)
 
+    def interval(self, top: float = math.inf) -> tuple[float, float]:
+        """The interval to report: the line's, holding the estimate too. An estimate is held inside the
+        medians' bracket, so it can lie outside the line's interval when the line crosses beyond the
+        bracket; the medians then say the crossing lies within the bracket and the line says outside,
+        and the interval reaches the bracket's other end to cover both. `top`: where an unbounded
+        interval ends (the search's top buffer)."""
+        high = self.high if math.isfinite(self.high) else top
+        low, high = min(self.low, self.packets), max(high, self.packets)
+        if self.packets < self.low:
+            low = min(low, self.bracket[0])
+        if self.packets > self.high:
+            high = max(high, self.bracket[1])
+        return low, high
+
     def half_width(self) -> float:
         """Half the interval, relative to the estimate."""
         return (self.high - self.low) / 2 / self.packets

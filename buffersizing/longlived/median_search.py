@@ -329,21 +329,15 @@ class MedianSearch:
         # estimate held there (the line crossing below it) would round to a buffer that failed.
         answer = max(1, min(self.hi_packets, max(math.ceil(c.packets - 1e-9), c.bracket[0] + 1)))
         taken = sum(len(p.samples) for p in self.probes)
-        hi = c.high if math.isfinite(c.high) else self.hi_packets
-        # The interval holds the estimate and the answer too: the one-packet stop allows an estimate
-        # just outside the line's interval. Such an estimate is held at an end of the medians'
-        # bracket while the line's whole interval lies beyond it: the medians say the crossing lies
-        # within the bracket, the line says outside, so the interval reaches the bracket's other end
-        # and covers both. (On the simulated N = 400 link the line's interval alone held the true
-        # crossing in 77 of 100 such searches; bench/results/search-rule-offline.md.)
-        low, high = min(c.low, c.packets), max(hi, c.packets, answer)
-        if c.packets < c.low:
-            low = min(low, c.bracket[0])
-        if c.packets > c.high:
-            high = max(high, c.bracket[1])
+        # The interval holds the estimate (Crossing.interval: the one-packet stop allows an estimate
+        # just outside the line's interval) and the answer too. (On the simulated N = 400 link the
+        # line's interval alone held the true crossing in 77 of 100 such searches;
+        # bench/results/search-rule-offline.md.)
+        low, high = c.interval(self.hi_packets)
+        high = max(high, answer)
         interval = (math.floor(low), min(self.hi_packets, math.ceil(high)))
         note = (
-            f"the target is crossed at {c.packets:.1f} packets, {c.level:.0%} interval {c.low:.1f}..{hi:.1f}, "
+            f"the target is crossed at {c.packets:.1f} packets, {c.level:.0%} interval {low:.1f}..{high:.1f}, "
             f"from {taken} samples at {len(c.buffers)} buffers near it"
         )
         if not converged:
