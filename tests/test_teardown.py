@@ -86,6 +86,8 @@ def test_exception_inside_the_run_removes_everything(no_leftovers):
         (signal.SIGTERM, 128 + signal.SIGTERM, "interrupted by SIGTERM"),
         (signal.SIGINT, 130, "interrupted"),
         (signal.SIGQUIT, 128 + signal.SIGQUIT, "interrupted by SIGQUIT"),  # its default would dump core, tear nothing
+        (signal.SIGUSR1, 128 + signal.SIGUSR1, "interrupted by SIGUSR1"),  # its default ends the process as it is
+        (signal.SIGHUP, 128 + signal.SIGHUP, "interrupted by SIGHUP"),  # the terminal went away
     ],
 )
 def test_signal_part_way_removes_everything(no_leftovers, sig, status, said):

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from bufsize.longlived.conditioning import conditioning
 from bufsize.longlived.dynamics import (
     EPISODES_PER_SAMPLE,
     LossCycle,
@@ -500,6 +501,7 @@ def answer_fields(
         ),
         "loss_episodes": loss,
         "crossing": res.crossing.to_dict() if res.crossing else None,
+        "conditioning": conditioning(res.probes, opts.target, answer, opts.precision or opts.resolution, opts.level),
         "calibration_rates_mbps": [round(r, 3) for r in cal_rates],
         "loss_rate_at_answer": next(
             (round(m.loss_rate, 6) for m in reversed(measurements) if m.buffer_packets == answer), None
@@ -625,6 +627,8 @@ def run_search(
         f"{'valid' if result['valid'] else 'FLAGGED: ' + ', '.join(k for k, v in flags.items() if v is False)}; "
         f"{result['wall_seconds']:.0f} s"
     )
+    if result["conditioning"]["ill_conditioned"]:
+        say(f"  {result['conditioning']['statement']}")
     if result["cautions"]:
         say(f"  {describe_cautions(result['cautions'])}")
     return result

@@ -269,7 +269,8 @@ def existing_manifest(out: Path, spec: SweepSpec) -> dict | None:
     if old | {"runs": now["runs"]} == now and isinstance(old.get("runs"), int) and old["runs"] < now["runs"]:
         return manifest  # more runs of the same sweep: its finished runs stay valid, open_sweep records it
     if old != now:
-        diff = sorted(k for k in set(old) | set(now) if old.get(k) != now.get(k))
+        # A key is named as a Python string where it is not a plain name: a manifest's keys are the file's.
+        diff = sorted(k if str(k).isidentifier() else repr(k) for k in set(old) | set(now) if old.get(k) != now.get(k))
         search = old.get("search") if isinstance(old.get("search"), dict) else {}
         detail = [f"{k} was {search.get(k)!r}, now {v!r}" for k, v in now["search"].items() if search.get(k) != v]
         raise UsageError(

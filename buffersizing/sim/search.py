@@ -203,4 +203,6 @@ def run_sim_search(
         f"{'valid' if result['valid'] else 'FLAGGED: ' + ', '.join(k for k, v in flags.items() if v is False)}; "
         f"{sim_seconds:.0f} s simulated in {result['wall_seconds']:.0f} s"
     )
+    if result["conditioning"]["ill_conditioned"]:
+        say(f"  {result['conditioning']['statement']}")
     return result
