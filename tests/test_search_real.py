@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 import signal
 import statistics
 import subprocess
+import sys
 import time
 
 import pytest
@@ -107,6 +109,35 @@ def test_short_search_result_is_consistent_with_its_probes(no_leftovers, tmp_pat
         assert (out / name).exists(), name
     limits = {int(row.split(",")[4]) for row in (out / "queue.csv").read_text().splitlines()[1:]}
     assert {p["buffer_packets"] * FRAME_BYTES for p in probes} <= limits
+
+
+# One Reno flow: its utilization at a buffer B below one BDP is at most the fluid sawtooth's
+# (theory/model.py single_flow_utilization: 3x^2/(4(x^2 - x + 1)) in the ratio of the largest window
+# to the BDP), which reaches 99 % at about 0.705 BDP; real TCP loses a little more to recovery and
+# its ACK clock (1.2-1.3 points at 0.5-0.7 BDP here, docs/lab/links.md). So the answer lies between the
+# fluid's 99 % buffer and one BDP (less than one BDP keeps one flow at 99.8 %), within the search's 20 %.
+ABOVE_FLUID, UNDER_FLUID = 0.01, 0.05
+
+
+@pytest.mark.integration
+def test_one_reno_flow_answers_where_the_fluid_sawtooth_says(no_leftovers, tmp_path):
+    """An answer on a link whose answer is known: 20 Mb/s, RTT 20 ms (a BDP of 33 packets), one Reno
+    flow, the published figures' search rule at +-20 %."""
+    from bufsize.theory.model import single_flow_utilization
+
+    res = bufsize("search", "--flows", "1", "--hosts", "1", "--cc", "reno", "--rate-mbps", "20", "--rtt-ms", "20",
+                  "--precision", "0.2", "--fidelity-s", "0", "--out", str(tmp_path / "one"), "--json",
+                  timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    r = json.loads(res.stdout)
+    bdp = r["bdp_packets"]
+    fluid99 = next(b / 10 for b in range(1, 10 * round(bdp)) if single_flow_utilization(b / 10, bdp) >= 0.99)
+    assert fluid99 == pytest.approx(0.705 * bdp, rel=0.01)
+    assert math.floor(fluid99) <= r["buffer_packets"] <= 1.2 * bdp, (r["buffer_packets"], fluid99, bdp)
+    for p in r["probes"]:
+        fluid = single_flow_utilization(p["buffer_packets"], bdp)
+        assert fluid - UNDER_FLUID <= p["median"] <= fluid + ABOVE_FLUID, (p["buffer_packets"], p["median"], fluid)
+    print(f"one reno flow: {r['buffer_packets']} packets, fluid 99 % at {fluid99:.1f}, BDP {bdp}", file=sys.stderr)
 
 
 def sweep_args(out, flows: str = "4,8") -> list[str]:
