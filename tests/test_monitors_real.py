@@ -64,11 +64,9 @@ def test_queue_standing_with_large_buffer_near_empty_with_tiny_and_drops_only_at
     # probe with them off; the segments sent cover what the bottleneck dropped.
     assert 0.8 * dropped.bottleneck <= tcp["retrans_segs"] <= 2 * dropped.bottleneck + 10, (tcp, dropped.bottleneck)
     assert tcp["loss_probes"] == 0 and tcp["sack_recoveries"] + tcp["timeouts"] > 0, tcp
-    # The bottleneck drops 2.5-3.8 % of the segments here (4 runs), but once in a fresh
-    # clone the flows sat in timeouts (18 in 6 s; dupack recovery on 3 packets) and it dropped 12.8 %.
-    # What this checks is that the two counters agree in unit and source (bytes against segments
-    # would be 1000 x), so a third bounds it.
-    assert tcp["out_segs"] > 3 * dropped.bottleneck > 0, tcp
+    # The drop counter and the senders' counters agree in unit and source (bytes against segments would
+    # be 1000 x): the retransmissions above hold each drop to a segment sent again, which a loose bound of
+    # drops against all segments sent (the bottleneck drops 2.5-12.8 % of them here) adds nothing to.
 
     s = summary(recording)
     assert s["error"] is None and s["queue"]["rate_hz"] > 50, s
