@@ -45,7 +45,7 @@ from dataclasses import dataclass
 # Window after a loss as a fraction of the window before it (the kernels' constants).
 BETA = {"reno": 0.5, "cubic": 0.7, "bic": 0.8}
 SOURCE = 'Spang, Arslan, McKeown, "Updating the Theory of Buffer Sizing", Performance 2021 (arXiv 2109.11693)'
-SEED = "Appenzeller, Keslassy, McKeown, SIGCOMM 2004 (Appenzeller 2004, F1 and F4)"
+SEED = "Appenzeller, Keslassy, McKeown, SIGCOMM 2004 (F1 and F4)"
 # BBR v1's pacing gain in the round trip after its probe: the buffer covers the (1 - gain) x BDP it leaves unsent.
 BBR_DRAIN_GAIN = 0.75
 
