@@ -50,7 +50,7 @@ def test_a_broken_link_a_link_outside_and_an_outside_document_fail_the_build(tmp
     (tmp_path / "docs" / "hooks").mkdir(parents=True)
     shutil.copy(REPO / "docs" / "hooks" / "site.py", tmp_path / "docs" / "hooks" / "site.py")
     (tmp_path / "present.txt").write_text("here\n")
-    shutil.copy(REPO / "results" / "full" / "2026-11-27" / "figure.png", tmp_path / "fig.png")
+    shutil.copy(next((REPO / "results" / "full").glob("*/figure.png")), tmp_path / "fig.png")  # any committed figure
     (tmp_path / "mkdocs.yml").write_text(
         "site_name: t\ndocs_dir: docs\nexclude_docs: |\n  hooks/\nhooks:\n  - docs/hooks/site.py\n"
         "validation:\n  links:\n    not_found: warn\n    anchors: warn\n"
