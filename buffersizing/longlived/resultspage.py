@@ -9,7 +9,9 @@ names; `bufsize report --check` says whether the committed page is the one the r
 from __future__ import annotations
 
 import csv
+import re
 import statistics
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from bufsize.topologies.errors import UsageError
 class Experiment:
     title: str
     family: str  # the folder under results/
-    suffix: str  # the newest sweep of the family whose name ends so (a date-named folder, then a tag)
+    tag: str  # the newest sweep of the family named by its date and then this tag ("": the date alone)
     what: str
 
 
@@ -33,7 +35,7 @@ EXPERIMENTS = (
     Experiment("Fig 11 of Appenzeller 2004, 99.5 %", "fig11", "-995", "The fig11 preset, `--target 0.995`"),
     Experiment("Fig 11 of Appenzeller 2004, 99.9 %", "fig11", "-999", "The fig11 preset, `--target 0.999`"),
     Experiment("BBR", "bbr", "", "The bbr preset"),
-    Experiment("Spread RTTs", "spread-rtt", "7", "Reno with RTTs spread about 87 ms"),
+    Experiment("Spread RTTs", "spread-rtt", "", "Reno with RTTs spread about 87 ms"),
     Experiment("The ns-3 twin, Reno", "twin", "-reno", "`bufsize sweep --link simulated`, three seeds"),
     Experiment("The ns-3 twin, CUBIC", "twin", "-cubic", "`bufsize sweep --link simulated`, three seeds"),
 )
@@ -48,22 +50,27 @@ each was found, and what the numbers mean, is in the lab record: [Findings](find
 """
 
 
+# A committed sweep's folder: its date (and, for the main job, the time), then its tag if any.
+DATED = re.compile(r"(\d{4}-\d\d-\d\d(?:-\d{6})?)(.*)")
+
+
 def newest(results_dir: Path, e: Experiment) -> Path | None:
     """The newest committed sweep of an experiment: its folders sort by the date they are named by."""
     found = sorted(
         d
         for d in (results_dir / e.family).iterdir()
-        if d.is_dir() and not d.is_symlink() and d.name.endswith(e.suffix) and any(d.glob("n*-run*/result.json"))
+        if d.is_dir()
+        and not d.is_symlink()
+        and (m := DATED.fullmatch(d.name))
+        and m.group(2) == e.tag
+        and any(d.glob("n*-run*/result.json"))
     )
     return found[-1] if found else None
 
 
 def row(n: int, runs: list[dict]) -> str:
     valid = [r for r in runs if r["valid"]]
-    flagged: dict[str, int] = {}
-    for r in runs:
-        if not r["valid"]:
-            flagged[first_failed_flag(r)] = flagged.get(first_failed_flag(r), 0) + 1
+    flagged = Counter(first_failed_flag(r) for r in runs if not r["valid"])
     flags = ", ".join(f"{k} ({v})" for k, v in sorted(flagged.items())) or "-"
     theory = runs[0]["theory_sqrt_n_packets"]
     if not valid:
@@ -144,6 +151,6 @@ def results_page(repo: Path) -> str:
     for e in EXPERIMENTS:
         d = newest(results_dir, e)
         if d is None:
-            raise UsageError(f"report: no committed sweep of {e.family}/*{e.suffix} under {results_dir}")
+            raise UsageError(f"report: no committed sweep of {e.family}/DATE{e.tag} under {results_dir}")
         parts.append("\n".join(section(e, d, repo)))
     return "\n".join(parts)
