@@ -246,3 +246,32 @@ def test_each_run_has_its_interval_bar_and_flagged_runs_stay_out_of_the_median()
         assert spans[0] == (15, 30) and (45, 60) in spans, spans
     finally:
         plt.close(fig)
+
+
+def test_curves_pool_every_probe_and_draw_flagged_runs_apart(tmp_path):
+    """curves.png: at each buffer the median and 10-90 % band of the samples pooled over the runs of
+    one validity; a flagged run's probes are drawn (apart), never dropped."""
+    from bufsize.longlived.curves import curve
+
+    def probes(*rows: tuple[int, list[float]]) -> list[dict]:
+        return [{"buffer_packets": b, "samples": s, "median": sorted(s)[len(s) // 2]} for b, s in rows]
+
+    runs = [
+        result(10, 30) | {"probes": probes((20, [0.97, 0.98, 0.96]), (40, [0.995, 0.99, 0.999]))},
+        result(10, 32) | {"probes": probes((20, [0.975, 0.965, 0.97]), (30, [0.99, 0.991, 0.989]))},
+        result(10, 60, valid=False) | {"probes": probes((60, [0.99, 0.992, 0.995]))},
+    ]
+    got = curve(runs, 10, valid=True)
+    assert [b for b, *_ in got] == [20.0, 30.0, 40.0]
+    b20 = got[0]
+    assert b20[1] == pytest.approx(0.9700) and b20[2] < b20[1] < b20[3]  # six samples pooled over two runs
+    assert b20[2] == pytest.approx(0.9625) and b20[3] == pytest.approx(0.9775)
+    assert curve(runs, 10, valid=False) == [(60.0, 0.992, pytest.approx(0.9904), pytest.approx(0.9944))]
+    assert curve(runs, 20, valid=True) == []
+    for i, r in enumerate(runs):
+        d = tmp_path / f"n0010-run{i + 1}"
+        d.mkdir()
+        (d / "result.json").write_text(json.dumps(r))
+    names = sorted(p.name for p in make_report(tmp_path))
+    assert names == ["curves.png", "figure.pdf", "figure.png", "table.csv", "table.md"]
+    assert (tmp_path / "curves.png").stat().st_size > 5000

@@ -202,7 +202,7 @@ def test_config_refused_before_a_process_starts(cfg, flows, needle):
 def test_sim_sweep_command_writes_resumes_and_plots(tmp_path):
     out = tmp_path / "sweep"
     args = [BUFSIZE, "sim", "sweep", "--flows", "10,20", "--seeds", "2", "--rate-mbps", "10", "--rtt-ms", "20",
-            "--cc", "reno", "--precision", "0.2", "--jobs", "2", "--out", str(out)]  # fmt: skip
+            "--cc", "reno", "--precision", "0.2", "--workers", "2", "--out", str(out)]  # fmt: skip
     res = subprocess.run(args, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     results = [json.loads((out / f"n{n:04d}-run{s}" / "result.json").read_text()) for n in (10, 20) for s in (1, 2)]
@@ -240,7 +240,7 @@ def test_stopped_sim_sweep_leaves_no_process_behind(tmp_path):
     """SIGTERM to `bufsize sim sweep` ends its point processes and their simulators (all ours, by PID),
     and the points it stopped are not counted as finished: a re-run tries them again."""
     out = tmp_path / "sweep"
-    args = [BUFSIZE, "sim", "sweep", "--flows", "200,100", "--seeds", "1", "--jobs", "2", "--out", str(out)]
+    args = [BUFSIZE, "sim", "sweep", "--flows", "200,100", "--seeds", "1", "--workers", "2", "--out", str(out)]
     sweep = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
@@ -260,6 +260,38 @@ def test_stopped_sim_sweep_leaves_no_process_behind(tmp_path):
         if sweep.poll() is None:
             sweep.kill()
             sweep.communicate()
+
+
+def test_a_point_whose_worker_is_killed_runs_again_and_is_merged_once(tmp_path):
+    """SIGKILL to the Dask worker running a point, part-way through its search: the engine runs the
+    point again on a worker, the sweep finishes both points, reports each once, and the killed
+    worker's simulator, reading the end of its input, is gone."""
+    out = tmp_path / "sweep"
+    args = [BUFSIZE, "sim", "sweep", "--flows", "200,100", "--seeds", "1", "--workers", "2", "--out", str(out)]
+    sweep = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        helpers: list[psutil.Process] = []
+        while time.monotonic() < deadline and len(helpers) < 2:
+            time.sleep(0.2)
+            helpers = [k for k in psutil.Process(sweep.pid).children(recursive=True) if k.name() == HELPER.name]
+        assert len(helpers) == 2, "both points should be simulating"
+        time.sleep(1)
+        victim = helpers[0]
+        victim.parent().kill()  # the worker process, ours (a grandchild of the sweep), by PID
+        _, err = sweep.communicate(timeout=300)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.communicate()
+    assert sweep.returncode == 0, err
+    for n in (200, 100):
+        result = json.loads((out / f"n{n:04d}-run1" / "result.json").read_text())
+        assert result["flows"] == n and result["kind"] == "sim-search" and result["buffer_packets"] >= 1
+        assert err.count(f"point N={n} seed 1:") == 1, err  # each point reported (merged) once
+        assert not (out / f"n{n:04d}-run1" / "error.json").exists()
+    assert "2/2 points finished" in err
+    assert psutil.wait_procs([victim], timeout=30)[1] == [], "the killed worker's simulator is still running"
 
 
 def test_sim_measure_reports_utilization_loss_and_its_cost(tmp_path):

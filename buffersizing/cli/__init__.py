@@ -144,6 +144,8 @@ def add_table_commands(command: Command) -> None:
         help="another sweep directory to overlay, with its median and range and ours/its per N"
         " (e.g. a bbr sweep beside the cubic one); up to 3, one flag each",
     )
+    pl.add_argument("--curves", metavar="N,N,...", help="the N whose utilization-against-buffer curves"
+                    " curves.png draws (default: every N of the sweep)")  # fmt: skip
     pl.add_argument("--out", help="write the figures and tables here, not into DIR (created if missing)")
     pl.add_argument(
         "--force",

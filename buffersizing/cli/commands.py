@@ -202,7 +202,8 @@ def cmd_sweep(a: argparse.Namespace) -> int:
 def cmd_plot(a: argparse.Namespace) -> int:
     from bufsize.cli.plot import plot_dir
 
-    paths = plot_dir(a.dir, a.title, a.with_sim, a.beside, a.out, in_place=a.force)
+    curve_flows = lists.parse_flow_list(a.curves, "--curves") if a.curves is not None else None
+    paths = plot_dir(a.dir, a.title, a.with_sim, a.beside, a.out, in_place=a.force, curve_flows=curve_flows)
     print(
         json.dumps({"wrote": [str(p) for p in paths]}, indent=1) if a.json else "\n".join(f"wrote {p}" for p in paths)
     )

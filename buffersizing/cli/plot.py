@@ -21,6 +21,7 @@ def plot_dir(
     beside: Sequence[str | Path] = (),
     out: str | Path | None = None,
     in_place: bool = True,
+    curve_flows: Sequence[int] | None = None,
 ) -> list[Path]:
     """`bufsize plot`: a sweep's figure and table, or one run's monitor plots redrawn from its CSVs, into
     `out` (default: the directory itself). The committed results are redrawn in place only with
@@ -43,7 +44,7 @@ def plot_dir(
         )
     dest = check_out_dir(out) if out is not None else None
     try:
-        return _plot_dir(d, title, sim, [Path(b) for b in beside], dest)
+        return _plot_dir(d, title, sim, [Path(b) for b in beside], dest, curve_flows)
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError, OverflowError,
             csv.Error) as e:  # fmt: skip
         # The files are the user's (or another version's): what they hold is reported, not a traceback.
@@ -61,7 +62,12 @@ def is_committed(d: Path) -> bool:
 
 
 def _plot_dir(
-    d: Path, title: str | None, with_sim: Path | None = None, beside: Sequence[Path] = (), dest: Path | None = None
+    d: Path,
+    title: str | None,
+    with_sim: Path | None = None,
+    beside: Sequence[Path] = (),
+    dest: Path | None = None,
+    curve_flows: Sequence[int] | None = None,
 ) -> list[Path]:
     if (d / "result.json").exists():
         if with_sim is not None or beside:
@@ -74,4 +80,4 @@ def _plot_dir(
         if not paths:
             raise UsageError(f"{d}: no monitor data (queue.csv, rate.csv, ...) to plot")
         return paths
-    return make_report(d, title, with_sim, beside, dest)
+    return make_report(d, title, with_sim, beside, dest, curve_flows)

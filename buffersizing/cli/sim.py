@@ -112,7 +112,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_start_buffer_arg(w)
     add_search_args(w)
     w.set_defaults(samples=None, resolution=None, max_samples=None, precision=None, target=None)
-    group(w, SIM).add_argument("--jobs", type=int, help="simulations at once (default: one per CPU)")
+    group(w, SIM).add_argument("--workers", "--jobs", dest="jobs", type=int, help="Dask workers on this machine, one"
+                               " simulation each (default: one per CPU); the sweep prints its live page")  # fmt: skip
     group(w, "output").add_argument("--out", help="sweep directory; re-running the same command resumes it"
                                     " (needed but for --print-config)")  # fmt: skip
     add_print_config_arg(w)

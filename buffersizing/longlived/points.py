@@ -7,20 +7,17 @@ The emulated and the twin's sweeps hand their points to `run_points`, which skip
 ones, runs the rest, writes error.json for a point that failed before saying why itself, reports
 progress with an estimate of what is left, and ends with the count. An emulated point runs in this
 process, one at a time: it needs the whole machine, and its log is the sweep's. A twin point needs
-one core and no root, so `jobs` of them run at once as child processes, each logging to its own
-directory; if the sweep stops they are ended by their PIDs, and each ends its simulator on the way out.
+one core and no root, so `jobs` of them run at once as tasks on a Dask cluster (scaffold/cluster.py),
+each logging to its own directory.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import multiprocessing.process
-import signal
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bufsize.scaffold.display import Display
 from bufsize.scaffold.resultdir import read_finished, write_json_atomic
@@ -124,13 +121,13 @@ def record_error(d: Path, n: int, r: int, e: BaseException) -> None:
 
 def run_points(sweep: Sweep, task: Task, say: Callable[[str], None], jobs: int = 0) -> dict:
     """Every point of `sweep` not finished yet, in its order: in this process when `jobs` is 0, else
-    `jobs` child processes at a time. A point's failure is said and recorded, and the sweep goes on."""
+    on `jobs` Dask workers. A point's failure is said and recorded, and the sweep goes on."""
     todo = [p for p in sweep.points if not finished(sweep.out, *p)]
     if len(todo) < len(sweep.points):
         say(f"resuming {sweep.out}: {len(sweep.points) - len(todo)} of {len(sweep.points)} points already "
             "finished, skipped")  # fmt: skip
     progress = Progress(sweep, todo, say)
-    failed = (in_process if jobs == 0 else in_children)(sweep, todo, task, progress, jobs)
+    failed = (in_process if jobs == 0 else on_cluster)(sweep, todo, task, progress, jobs)
     return {"points": len(sweep.points), "finished": progress.closing(), "failed": failed}
 
 
@@ -152,50 +149,52 @@ def in_process(sweep: Sweep, todo: list[tuple[int, int]], task: Task, progress: 
     return failed
 
 
-def child(task: Task, n: int, r: int, d: Path) -> None:
-    """One point in its own process; its outcome is its files (result.json or error.json), not a return value."""
-    # SIGTERM from the sweep ends the point through its `with`, which ends the simulator too.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+def point_task(task: Task, n: int, r: int, d: Path) -> None:
+    """One point on a worker; its outcome is its files (result.json or error.json). A failure is
+    recorded, then raised for the engine to report (a dead worker's point the engine runs again)."""
+    (d / "error.json").unlink(missing_ok=True)  # last try's; this one writes its own
     try:
         task(n, r, d)
-    except BaseException as e:  # the sweep goes on; the point says why, and is tried again next time
+    except BaseException as e:
         record_error(d, n, r, e)
-        if isinstance(e, Exception):
-            sys.exit(1)  # said in error.json, which the sweep reports: no traceback on its terminal
         raise
-    (d / "error.json").unlink(missing_ok=True)
 
 
-def in_children(sweep: Sweep, todo: list[tuple[int, int]], task: Task, progress: Progress, jobs: int) -> list[str]:
+def on_cluster(sweep: Sweep, todo: list[tuple[int, int]], task: Task, progress: Progress, workers: int) -> list[str]:
+    """The points as tasks on a Dask LocalCluster of `workers` processes, at most `workers` handed
+    out at a time so each is announced as it starts and the largest go first. A stopped sweep closes
+    the cluster, which ends its workers; a simulator whose worker went reads the end of its input and quits."""
+    from distributed import as_completed
+
+    from bufsize.scaffold.cluster import dashboard, local_cluster
+
     failed: list[str] = []
     queue = list(enumerate(todo))
-    running: dict[multiprocessing.process.BaseProcess, tuple[int, int, float]] = {}
-    ctx = multiprocessing.get_context("fork")
-    try:
-        while queue or running:
-            while queue and len(running) < jobs:
-                i, (n, r) = queue.pop(0)
-                d = point_dir(sweep.out, n, r)
-                make_dirs(d)
-                (d / "error.json").unlink(missing_ok=True)  # last time's; this try writes its own
-                progress.starting(i, n, r)
-                p = ctx.Process(target=child, args=(task, n, r, d))
-                p.start()
-                running[p] = (n, r, time.monotonic())
-            time.sleep(0.2)
-            for p in [p for p in running if p.exitcode is not None]:
-                n, r, t = running.pop(p)
-                p.join()
-                d = point_dir(sweep.out, n, r)
-                why = None if p.exitcode == 0 and finished(sweep.out, n, r) else (
-                    error_of(d) or f"exit status {p.exitcode}")  # fmt: skip
-                if why is not None:
-                    failed.append(f"N={n} {sweep.run_name} {r}: {why}")
-                    why += f" (see {d}/)"
-                progress.ended(n, r, time.monotonic() - t, why)
-    finally:
-        for p in running:
-            p.terminate()  # our own children, by PID
-        for p in running:
-            p.join(15)
+    with local_cluster(workers) as client:
+        progress.say(f"{workers} Dask workers on this machine; live page: {dashboard(client)}")
+        running: dict[Any, tuple[int, int, float]] = {}
+        done = as_completed()
+
+        def hand_out() -> None:
+            i, (n, r) = queue.pop(0)
+            d = point_dir(sweep.out, n, r)
+            make_dirs(d)
+            progress.starting(i, n, r)
+            f = client.submit(point_task, task, n, r, d, key=f"n{n:04d}-{sweep.run_name}{r}", pure=False)
+            running[f] = (n, r, time.monotonic())
+            done.add(f)
+
+        while queue and len(running) < workers:
+            hand_out()
+        for f in done:
+            n, r, t = running.pop(f)
+            d = point_dir(sweep.out, n, r)
+            why = None if f.status == "finished" and finished(sweep.out, n, r) else (
+                error_of(d) or f"{f.status}: {f.exception() if f.status == 'error' else 'no result.json'}")  # fmt: skip
+            if why is not None:
+                failed.append(f"N={n} {sweep.run_name} {r}: {why}")
+                why += f" (see {d}/)"
+            progress.ended(n, r, time.monotonic() - t, why)
+            if queue:
+                hand_out()
     return failed

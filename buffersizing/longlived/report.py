@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+from bufsize.longlived.curves import plot_curves
 from bufsize.scaffold.cautions import table_note
 from bufsize.scaffold.projectfiles import REFERENCE_DIR
 from bufsize.scaffold.resultdir import read_finished
@@ -452,8 +453,10 @@ def make_report(
     with_sim: Path | None = None,
     beside_dirs: Sequence[Path] = (),
     dest: Path | None = None,
+    curve_flows: Sequence[int] | None = None,
 ) -> list[Path]:
-    """A sweep's figure and table, from its results, written into `dest` (default: the sweep)."""
+    """A sweep's figure, table and curves (longlived/curves.py, one line per N of `curve_flows`,
+    default every N), from its results, written into `dest` (default: the sweep)."""
     results = load_results(d)
     sim = load_results(with_sim) if with_sim is not None else None
     if sim is not None and any(r.get("kind") != "sim-search" for r in sim):
@@ -490,7 +493,10 @@ def make_report(
     # Two sweeps that differ from ours in the same way (or not at all) are told apart by directory.
     labels = [f"{lb} ({b.name})" if labels.count(lb) > 1 else lb for lb, b in zip(labels, beside_dirs, strict=True)]
     figure = plot(results, dest or d, title, sim=sim, beside=list(zip(labels, beside, strict=True)))
-    return [*figure, *write_table(rows, dest or d, labels)]
+    panels = [(method, results)] + ([(f"ns-3 {sim[0]['manifest']['ns3_version']} twin", sim)] if sim else [])
+    heading = f"Utilization against buffer\n{first['nominal_rate_mbps']:g} Mb/s, {rtt_words(first)}, cc {first['cc']}"
+    curves = plot_curves(panels, dest or d, heading, curve_flows)
+    return [*figure, *write_table(rows, dest or d, labels), *curves]
 
 
 # The words a figure's title uses for the link's parts (the configuration's names are the options').

@@ -26,9 +26,9 @@ def parse_float_list(name: str, text: str, lo: float, hi: float) -> list[float]:
     return vals
 
 
-def parse_flow_list(text: str) -> list[int]:
+def parse_flow_list(text: str, option: str = "--flows") -> list[int]:
     """Whole numbers only; their range is checked where they are used (SweepSpec, utiltable.check_table)."""
     try:
-        return [int(v) for v in _split_list("--flows", text, "2,10,50")]
+        return [int(v) for v in _split_list(option, text, "2,10,50")]
     except ValueError as e:
-        raise UsageError(f"--flows {text}: expected whole numbers separated by commas, like 2,10,50") from e
+        raise UsageError(f"{option} {text}: expected whole numbers separated by commas, like 2,10,50") from e

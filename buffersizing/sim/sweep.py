@@ -1,5 +1,6 @@
 """A sweep on the simulator twin: one search per (N, seed), each in its own directory, resumable,
-several at a time (one process each: a simulation is single-threaded and needs no other resource).
+several at a time as tasks on Dask workers (one each: a simulation is single-threaded and needs no
+other resource, and no root).
 
 The layout is the emulated sweep's (SWEEP/manifest.json, SWEEP/n0010-run1/result.json), so `bufsize
 plot` draws it and `bufsize plot EMULATED --with-sim SWEEP` overlays it; run r is seed r. Each point
@@ -96,7 +97,7 @@ def open_sim_sweep(out: Path, spec: SimSweepSpec) -> None:
 
 def check_jobs(jobs: int) -> None:
     if not 1 <= jobs <= 64:
-        raise UsageError(f"--jobs {jobs}: must be from 1 to 64")
+        raise UsageError(f"--workers {jobs}: must be from 1 to 64")
 
 
 def default_jobs() -> int:
@@ -104,7 +105,7 @@ def default_jobs() -> int:
 
 
 def run_sim_sweep(out: Path, spec: SimSweepSpec, jobs: int, say: Callable[[str], None] | None = None) -> dict:
-    """Every (N, seed) not finished yet, `jobs` at a time as child processes (points.run_points),
+    """Every (N, seed) not finished yet, `jobs` at a time on Dask workers (points.run_points),
     largest N first (they take longest); each point's progress goes to its own search.log."""
     say = say or Display()  # a live bar on a terminal, lines elsewhere
     spec.validate()
