@@ -21,7 +21,9 @@ NS3_WHEEL=ns3==3.44.post0
 TEST_APT_PACKAGES=(openssh-server clang libclang-rt-dev)
 # Vagrant is optional: newer distributions dropped it after its licence change, and the
 # Vagrantfile test then skips with that reason instead of the whole test command failing.
-OPTIONAL_TEST_APT_PACKAGES=(vagrant)
+# Chromium loads a sweep's live page (Dask's dashboard) in the tests; Debian packages it, Ubuntu
+# ships it as a snap, where that test skips and says so.
+OPTIONAL_TEST_APT_PACKAGES=(vagrant chromium)
 VENV=.venv
 
 say() { printf '[setup] %s\n' "$*"; }
