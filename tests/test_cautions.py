@@ -33,6 +33,22 @@ def test_steal_at_or_under_the_limit_or_unrecorded_is_not():
     assert describe([]) == ""
 
 
+def test_little_idle_cpu_is_a_caution_not_a_flag():
+    """The idle share is a proxy: under the limit the result is cautioned beside the answer and stays
+    valid; the link's own measurements (pacing, lag, lost time) are the flags."""
+    from bufsize.monitors.cpu import MIN_IDLE
+    from bufsize.scaffold.cautions import table_note
+
+    (c,) = cautions(cpu(0.0), cpu_idle_min=0.04)
+    assert c["check"] == "cpu_idle" and c["value"] == 0.04 and c["limit"] == MIN_IDLE
+    assert describe([c]).startswith("CAUTION: the CPUs were at least 4% idle (under 10%)")
+    assert cautions(cpu(0.0), cpu_idle_min=MIN_IDLE) == [] and cautions(cpu(0.0), cpu_idle_min=None) == []
+    both = cautions(cpu(0.05), cpu_idle_min=0.02)
+    assert [x["check"] for x in both] == ["hypervisor_steal", "cpu_idle"]
+    assert "cpu_idle, hypervisor_steal" in table_note(checks={x["check"] for x in both})
+    assert "hypervisor took over 1%" in table_note() == table_note(checks={"hypervisor_steal"})
+
+
 def test_the_findings_anchor_exists():
     page, anchor = FINDINGS.split("#")
     heads = [line.lstrip("#").strip() for line in (REPO / page).read_text().splitlines() if line.startswith("## ")]

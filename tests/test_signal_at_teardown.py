@@ -99,6 +99,16 @@ def test_no_signal_no_change(tmp_path: Path) -> None:
     assert (tmp_path / "result.json").exists()
 
 
+def test_a_run_with_little_idle_cpu_is_valid_and_cautioned(tmp_path: Path) -> None:
+    """The CPU's idle share is a proxy: a run whose measurements found the cores 3 % idle is not
+    flagged for it (no flag reads it) but carries the caution beside its answer."""
+    ex = experiment(tmp_path, 0)
+    ex.__exit__(None, None, None)
+    result = ex.finish({}, {}, reference_mbps=None, cpu_idle_min=0.03, options={})
+    assert not any("idle" in k for k in result["flags"]), result["flags"]
+    assert [c["check"] for c in result["cautions"]] == ["cpu_idle"] and result["cautions"][0]["value"] == 0.03
+
+
 def test_a_deferral_nobody_released_still_delivers(tmp_path: Path) -> None:
     ex = experiment(tmp_path, signal.SIGTERM)
     ex.__exit__(None, None, None)  # and then finish() is never reached

@@ -210,9 +210,12 @@ def _fmt(v: object) -> str:
     return str(v)
 
 
-def write_table(rows: list[dict], out: Path, beside: Sequence[str] = ()) -> tuple[Path, Path]:
+def write_table(
+    rows: list[dict], out: Path, beside: Sequence[str] = (), caution_checks: set[str] | None = None
+) -> tuple[Path, Path]:
     """table.csv (every key of the rows) and table.md (the columns below); `beside` labels the columns
-    of other sweeps' answers, in add_beside_cells' order."""
+    of other sweeps' answers, in add_beside_cells' order; `caution_checks` name the cautions the
+    note under the table speaks of (default: the hypervisor's steal)."""
     csv_path, md_path = out / "table.csv", out / "table.md"
     with atomic_text(csv_path) as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -267,7 +270,7 @@ def write_table(rows: list[dict], out: Path, beside: Sequence[str] = ()) -> tupl
                 cells.append(_fmt(r[k]))
         lines.append("| " + " | ".join(cells) + " |")
     if any(r.get("cautioned_runs") for r in rows):
-        lines += ["", table_note()]
+        lines += ["", table_note(checks=caution_checks)]
     write_atomic(md_path, "\n".join(lines) + "\n")
     return csv_path, md_path
 
@@ -496,7 +499,8 @@ def make_report(
     panels = [(method, results)] + ([(f"ns-3 {sim[0]['manifest']['ns3_version']} twin", sim)] if sim else [])
     heading = f"Utilization against buffer\n{first['nominal_rate_mbps']:g} Mb/s, {rtt_words(first)}, cc {first['cc']}"
     curves = plot_curves(panels, dest or d, heading, curve_flows)
-    return [*figure, *write_table(rows, dest or d, labels), *curves]
+    checks = {c.get("check") for r in results for c in r.get("cautions") or []}
+    return [*figure, *write_table(rows, dest or d, labels, checks), *curves]
 
 
 # The words a figure's title uses for the link's parts (the configuration's names are the options').

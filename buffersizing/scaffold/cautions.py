@@ -1,15 +1,17 @@
 """Cautions: what a result cannot vouch for although every validity check passed.
 
-A validity flag says the emulation did what it was asked (the link's rate and pacing, the CPU
-headroom, the flows). A caution says the machine around it was in a state in which answers have
-moved on the machine this toolkit is developed on while every flag passed. The result stays valid
-(its exit status too) and says so beside the answer, in result.json's `cautions` and in the line
-the command prints, so that whoever reads the number also reads this.
+A validity flag says, from what was measured, that the emulation did what it was asked (the link's
+rate, pacing and lag, the flows). A caution says a proxy of the machine around it was out of range:
+the hypervisor took CPU (answers have moved with it while every flag passed), or the cores were
+nearly never idle (the emulation's timers may then run late; whether they did is what the link's
+own flags measure). The result stays valid (its exit status too) and says so beside the answer, in
+result.json's `cautions` and in the line the command prints, so that whoever reads the number also
+reads this.
 """
 
 from __future__ import annotations
 
-from bufsize.monitors.cpu import STEAL_LIMIT, WAKES_PER_S
+from bufsize.monitors.cpu import MIN_IDLE, STEAL_LIMIT, WAKES_PER_S
 from bufsize.topologies.dumbbell import HALT_POLL_NS
 
 # The mean share of all CPU time the hypervisor took over the run past which a result is cautioned:
@@ -18,40 +20,56 @@ MAX_STEAL_SHARE = STEAL_LIMIT
 FINDINGS = "docs/findings.md#answers-on-a-machine-whose-hypervisor-takes-cpu"
 
 
-def cautions(monitors: dict) -> list[dict]:
-    """The cautions a run's monitor summary calls for (empty when none, or when it recorded no CPU)."""
+def cautions(monitors: dict, cpu_idle_min: float | None = None) -> list[dict]:
+    """The cautions a run's monitor summary and its measurements' least idle CPU share call for
+    (empty when none, or when nothing was recorded)."""
+    found = []
     steal = (monitors.get("cpu") or {}).get("mean_steal_share")
-    if steal is None or steal <= MAX_STEAL_SHARE:
-        return []
-    return [
-        {
+    if steal is not None and steal > MAX_STEAL_SHARE:
+        found.append({
             "check": "hypervisor_steal",
             "value": steal,
             "limit": MAX_STEAL_SHARE,
             "why": f"the hypervisor took this share of the CPUs; answers have moved with it while every "
             f"check passed ({FINDINGS})",
-        }
-    ]
+        })  # fmt: skip
+    if cpu_idle_min is not None and cpu_idle_min < MIN_IDLE:
+        found.append({
+            "check": "cpu_idle",
+            "value": cpu_idle_min,
+            "limit": MIN_IDLE,
+            "why": "the least idle share of all cores over a measurement; below the limit the emulation's "
+            "timers may run late, which the link's own flags (pacing, lag, lost time) measure",
+        })  # fmt: skip
+    return found
 
 
 def describe(found: list[dict]) -> str:
-    """One clause per caution (hypervisor_steal is the only check), for the line a command prints;
-    empty when there is none."""
+    """One clause per caution, for the line a command prints; empty when there is none."""
     return "; ".join(
         f"CAUTION: the hypervisor took {c['value']:.1%} of the CPUs (over {c['limit']:.0%}), a state in "
         f"which answers have moved; repeat on a quieter machine ({FINDINGS})"
+        if c["check"] == "hypervisor_steal"
+        else f"CAUTION: the CPUs were at least {c['value']:.0%} idle (under {c['limit']:.0%}); the link's own "
+        "checks passed, repeat on a quieter machine if the answer matters"
         for c in found
     )
 
 
-def table_note(names: list[str] | None = None) -> str:
+def table_note(names: list[str] | None = None, checks: set[str] | None = None) -> str:
     """The sentence under a table some of whose runs carry a caution; `names` lists them where the
-    table's rows do not say (short-flow tables: one row may draw on several runs)."""
+    table's rows do not say (short-flow tables: one row may draw on several runs); `checks` are the
+    cautions' checks (default: the hypervisor's steal alone)."""
     which = f" ({', '.join(names)})" if names else ""
+    if not checks or checks == {"hypervisor_steal"}:
+        return (
+            f"Cautioned runs{which} are valid, but the hypervisor took over {MAX_STEAL_SHARE:.0%} of the CPUs "
+            f"while they ran, a state in which answers have moved while every check passed: see each result's "
+            f"`cautions` ({FINDINGS})."
+        )
     return (
-        f"Cautioned runs{which} are valid, but the hypervisor took over {MAX_STEAL_SHARE:.0%} of the CPUs while "
-        f"they ran, a state in which answers have moved while every check passed: see each result's `cautions` "
-        f"({FINDINGS})."
+        f"Cautioned runs{which} are valid, but a proxy of the machine's state was out of range while they ran "
+        f"({', '.join(sorted(checks))}): see each result's `cautions` ({FINDINGS})."
     )
 
 

@@ -24,7 +24,6 @@ from contextlib import contextmanager, suppress
 from dataclasses import asdict
 from pathlib import Path
 
-from bufsize.monitors.cpu import MIN_IDLE
 from bufsize.monitors.drops import DropMonitor, DropSummary
 from bufsize.monitors.fidelity import MIN_BUSY_GAPS, FidelityMonitor
 from bufsize.monitors.plots import plot_run, write_fidelity_csv
@@ -286,9 +285,10 @@ class Experiment:
     def monitors_summary(self) -> dict:
         return summary(self.recording) if self.recording else {"error": "queue monitor could not start"}
 
-    def flags(self, reference_mbps: float | None, cpu_idle_min: float | None, monitors: dict) -> dict[str, bool | None]:
-        """The validity checks every experiment makes (`monitors`: monitors_summary()); None where a
-        check could not be made."""
+    def flags(self, reference_mbps: float | None, monitors: dict) -> dict[str, bool | None]:
+        """The validity checks every experiment makes, each from what was measured (`monitors`:
+        monitors_summary()); None where a check could not be made. The CPU's idle share, a proxy,
+        is a caution (scaffold/cautions.py), not a flag."""
         assert self.drops is not None
         queue_hz = monitors.get("queue", {}).get("rate_hz")
         fid = self.fidelity
@@ -299,7 +299,6 @@ class Experiment:
             "flows_held_until_all_up": self.started.held_until_all_up if self.started else None,
             "congestion_control_as_asked": (set(self.congestion_controls) == {self.cfg.cc} if self.started else None),
             "no_drops_outside_bottleneck": self.drops.outside_total == 0,
-            "cpu_idle_enough": cpu_idle_min is None or cpu_idle_min >= MIN_IDLE,
             "pacing_fidelity_ok": fid["frac_gt10"] <= MAX_FIDELITY_GT10 if fid.get("available") else None,
             "queue_monitor_kept_up": not monitors.get("error") and queue_hz is not None and queue_hz >= MIN_QUEUE_HZ,
             "no_leftovers_of_dead_runs": not self.leftovers,
@@ -321,7 +320,7 @@ class Experiment:
         with self._signals_after():
             assert self.drops is not None
             monitors = self.monitors_summary()  # once: the flags, the cautions and the result read it
-            flags = own_flags | self.flags(reference_mbps, cpu_idle_min, monitors)
+            flags = own_flags | self.flags(reference_mbps, monitors)
             result = {
                 "kind": self.kind,
                 "flows": self.started.flows if self.started else 0,
@@ -332,7 +331,7 @@ class Experiment:
                 **fields,
                 "valid": all(v is not False for v in flags.values()),
                 "flags": flags,
-                "cautions": cautions(monitors),
+                "cautions": cautions(monitors, cpu_idle_min),
                 "wall_seconds": round(time.monotonic() - self.t_wall, 1),
                 "delay_backend": self.backend,
                 "shaper_choice": self.shaper_choice,

@@ -98,8 +98,11 @@ def write_table(out: Path, rows: list[dict], markdown: list[str], draw: Callable
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    cautioned = sorted(f.parent.name for f in out.glob("*/result.json") if (read_finished(f) or {}).get("cautions"))
-    write_atomic(out / "table.md", "\n".join(markdown + (["", table_note(cautioned)] if cautioned else [])) + "\n")
+    found = {f.parent.name: (read_finished(f) or {}).get("cautions") for f in out.glob("*/result.json")}
+    cautioned = sorted(name for name, c in found.items() if c)
+    checks = {c.get("check") for cs in found.values() for c in cs or []}
+    note = ["", table_note(cautioned, checks)] if cautioned else []
+    write_atomic(out / "table.md", "\n".join(markdown + note) + "\n")
     try:
         draw()
     except Exception as e:  # noqa: BLE001 - a figure is a convenience
