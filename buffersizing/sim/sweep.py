@@ -97,7 +97,7 @@ def open_sim_sweep(out: Path, spec: SimSweepSpec) -> None:
 
 def check_jobs(jobs: int) -> None:
     if not 1 <= jobs <= 64:
-        raise UsageError(f"--workers {jobs}: must be from 1 to 64")
+        raise UsageError(f"--workers (--jobs) {jobs}: must be from 1 to 64")
 
 
 def default_jobs() -> int:
