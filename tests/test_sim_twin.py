@@ -236,20 +236,29 @@ def test_plot_with_sim_refuses_what_is_not_a_twin_sweep(tmp_path):
     assert res.returncode == 2 and "--with-sim" in res.stderr
 
 
+def start_two_point_sweep(out) -> subprocess.Popen:
+    args = [BUFSIZE, "sim", "sweep", "--flows", "200,100", "--seeds", "1", "--workers", "2", "--out", str(out)]
+    return subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+
+
+def both_simulating(sweep: subprocess.Popen) -> list[psutil.Process]:
+    """The two points' simulators, once both run (each a grandchild of the sweep, under its worker)."""
+    deadline = time.monotonic() + 60
+    helpers: list[psutil.Process] = []
+    while time.monotonic() < deadline and len(helpers) < 2:
+        time.sleep(0.2)
+        helpers = [k for k in psutil.Process(sweep.pid).children(recursive=True) if k.name() == HELPER.name]
+    assert len(helpers) == 2, "both points should be simulating"
+    return helpers
+
+
 def test_stopped_sim_sweep_leaves_no_process_behind(tmp_path):
     """SIGTERM to `bufsize sim sweep` ends its point processes and their simulators (all ours, by PID),
     and the points it stopped are not counted as finished: a re-run tries them again."""
     out = tmp_path / "sweep"
-    args = [BUFSIZE, "sim", "sweep", "--flows", "200,100", "--seeds", "1", "--workers", "2", "--out", str(out)]
-    sweep = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+    sweep = start_two_point_sweep(out)
     try:
-        deadline = time.monotonic() + 60
-        helpers: list[psutil.Process] = []
-        while time.monotonic() < deadline and len(helpers) < 2:
-            time.sleep(0.2)
-            kids = psutil.Process(sweep.pid).children(recursive=True)
-            helpers = [k for k in kids if k.name() == HELPER.name]
-        assert len(helpers) == 2, "both points should be simulating"
+        both_simulating(sweep)
         family = psutil.Process(sweep.pid).children(recursive=True)
         sweep.send_signal(signal.SIGTERM)
         sweep.communicate(timeout=60)
@@ -267,15 +276,9 @@ def test_a_point_whose_worker_is_killed_runs_again_and_is_merged_once(tmp_path):
     point again on a worker, the sweep finishes both points, reports each once, and the killed
     worker's simulator, reading the end of its input, is gone."""
     out = tmp_path / "sweep"
-    args = [BUFSIZE, "sim", "sweep", "--flows", "200,100", "--seeds", "1", "--workers", "2", "--out", str(out)]
-    sweep = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+    sweep = start_two_point_sweep(out)
     try:
-        deadline = time.monotonic() + 60
-        helpers: list[psutil.Process] = []
-        while time.monotonic() < deadline and len(helpers) < 2:
-            time.sleep(0.2)
-            helpers = [k for k in psutil.Process(sweep.pid).children(recursive=True) if k.name() == HELPER.name]
-        assert len(helpers) == 2, "both points should be simulating"
+        helpers = both_simulating(sweep)
         time.sleep(1)
         victim = helpers[0]
         victim.parent().kill()  # the worker process, ours (a grandchild of the sweep), by PID
