@@ -14,15 +14,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-BAND = (0.1, 0.9)  # the band's quantiles of the samples at one buffer
-
-
-def quantile(xs: list[float], q: float) -> float:
-    """Linear-interpolated quantile of a sorted list (numpy's default rule, without numpy)."""
-    pos = q * (len(xs) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+BAND = (0.1, 0.9)  # the band's quantiles of the samples at one buffer (deciles 1 and 9 below)
 
 
 def curve(results: Sequence[dict], flows: int, valid: bool) -> list[tuple[float, float, float, float]]:
@@ -38,8 +30,8 @@ def curve(results: Sequence[dict], flows: int, valid: bool) -> list[tuple[float,
                 pooled.setdefault(float(p["buffer_packets"]), []).extend(samples)
     rows = []
     for buffer, samples in sorted(pooled.items()):
-        s = sorted(samples)
-        rows.append((buffer, statistics.median(s), quantile(s, BAND[0]), quantile(s, BAND[1])))
+        deciles = statistics.quantiles(samples, n=10, method="inclusive") if len(samples) > 1 else [samples[0]] * 9
+        rows.append((buffer, statistics.median(samples), deciles[0], deciles[-1]))
     return rows
 
 
