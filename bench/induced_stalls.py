@@ -57,7 +57,7 @@ def thief(cpu: int, burst_s: float, period_s: float, report: Path) -> None:
 def with_thief(out: Path, args: list[str], cpu: int, burst_s: float, period_s: float) -> dict:
     """run_one with the thief beside it (kept, with its duty, if it finished before)."""
     if (out / "result.json").exists():
-        return run_one(out, args)
+        return run_one("measure", out, args)
     out.mkdir(parents=True, exist_ok=True)
     report = out / "thief.json"
     cmd = [sys.executable, __file__, "--thief", str(report), "--cpu", str(cpu), "--burst-ms", str(burst_s * 1e3),
@@ -67,7 +67,7 @@ def with_thief(out: Path, args: list[str], cpu: int, burst_s: float, period_s: f
     if proc.poll() is not None:
         raise SystemExit(f"the thief ended at once (exit {proc.returncode}): no real-time priority here?")
     try:
-        return run_one(out, args)
+        return run_one("measure", out, args)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=10)
@@ -99,7 +99,7 @@ def main() -> int:
             print(f"[induced_stalls] round {k}: {arm}", file=sys.stderr, flush=True)
             d = a.out / f"{arm}-{k}"
             if arm == "none":
-                rows[arm].append(row(run_one(d, common)))
+                rows[arm].append(row(run_one("measure", d, common)))
             else:
                 rows[arm].append(row(with_thief(d, common, a.cpu, a.burst_ms / 1e3, a.period_ms / 1e3)))
                 duties.append(json.loads((d / "thief.json").read_text())["duty"])

@@ -35,14 +35,18 @@ FACTORS: list[tuple[str, list[str]]] = [
     ("flows started at the smallest buffer", ["--start-buffer", "small"]),
     ("all of the independent simulation's: 20 s samples, 20 s settle, over C, 50 hosts, 2 s spread",
      ["--sample-s", "20", "--settle-s", "20", "--relative-to", "nominal", "--hosts", "50", "--start-spread-s", "2"]),
+    ("every buffer probed in a run of its own, its flows started afresh", ["--fresh-starts"]),
+    ("all of the independent simulation's, each buffer in a run of its own",
+     ["--sample-s", "20", "--settle-s", "20", "--relative-to", "nominal", "--hosts", "50", "--start-spread-s", "2",
+      "--fresh-starts"]),
 ]  # fmt: skip
 
 
-def search(args: list[str], seed: int, out: Path) -> tuple[dict, float]:
+def search(args: list[str], seed: int, out: Path, base: list[str] = BASE) -> tuple[dict, float]:
     t = time.monotonic()
-    cmd = [BUFSIZE, *BASE, *args, "--seed", str(seed), "--out", str(out)]
+    cmd = [BUFSIZE, *base, *args, "--seed", str(seed), "--out", str(out)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
-    if res.returncode not in (0, 1):  # 1: a flagged run, still an answer
+    if res.returncode not in (0, 3):  # 3: a flagged run, still an answer
         raise RuntimeError(f"{' '.join(cmd)}: {res.stderr[-500:]}")
     return json.loads(res.stdout), time.monotonic() - t
 

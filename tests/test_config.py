@@ -210,18 +210,19 @@ def test_a_sweep_resumed_with_more_runs_keeps_its_runs_and_records_the_change(tm
     the new count and when it changed. Fewer runs, or more runs with anything else changed, is refused."""
     import json
 
-    from bufsize.longlived.sweep import existing_manifest, make_spec, open_sweep
+    from bufsize.longlived.sweep import emulated_runner, existing_manifest, make_spec, open_sweep
 
     one = make_spec(None, [2, 10], {"runs": 1, "shaper": "line"}, {})
     (tmp_path / "manifest.json").write_text(json.dumps({"spec": one.to_dict(), "machine": {"shaper": "line"}}))
     three = make_spec(None, [2, 10], {"runs": 3, "shaper": "line"}, {})
     with pytest.raises(UsageError, match=r"different settings \(cc, runs\)"):
         existing_manifest(tmp_path, make_spec(None, [2, 10], {"runs": 3, "shaper": "line", "cc": "reno"}, {}))
-    open_sweep(tmp_path, three, "delayline")
+    runner = emulated_runner(tmp_path, three, "delayline", print)
+    open_sweep(tmp_path, three, runner)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert manifest["spec"] == three.to_dict() and manifest["machine"] == {"shaper": "line"}
     assert [(a["from"], a["to"]) for a in manifest["runs_added"]] == [(1, 3)]
-    open_sweep(tmp_path, three, "delayline")  # resumed again with the same count: nothing added
+    open_sweep(tmp_path, three, runner)  # resumed again with the same count: nothing added
     assert len(json.loads((tmp_path / "manifest.json").read_text())["runs_added"]) == 1
     with pytest.raises(UsageError, match=r"different settings \(runs\)"):
         existing_manifest(tmp_path, one)

@@ -84,7 +84,8 @@ def test_every_long_flow_socket_on_the_senders_carries_the_cap_when_paced(no_lef
 
 def test_the_twin_takes_the_option_into_its_config_and_sweep_and_old_twin_sweeps_resume_unpaced(tmp_path):
     from bufsize.cli.sim import sim_config
-    from bufsize.sim.sweep import SimSweepSpec, open_sim_sweep
+    from bufsize.longlived.sweep import open_sweep
+    from bufsize.sim.sweep import SimSweepSpec, twin_runner
     from bufsize.topologies.nssim import SimConfig, SimDumbbell
 
     for argv in (["sim", "search", "--flows", "10"], ["sim", "measure", "--flows", "10", "--buffer-packets", "9"]):
@@ -98,11 +99,11 @@ def test_the_twin_takes_the_option_into_its_config_and_sweep_and_old_twin_sweeps
     old = spec.to_dict()
     del old["sender_pacing"]
     (tmp_path / "manifest.json").write_text(json.dumps({"spec": old}))
-    open_sim_sweep(tmp_path, spec)  # resumes
+    open_sweep(tmp_path, spec, twin_runner(spec, 1))  # resumes
     spec.sender_pacing = True
     assert spec.config(10, 1) == SimConfig(10, 62.5, [87.0] * 10, "reno", 1000.0, 1, sender_pacing=True)
     with pytest.raises(UsageError, match="sender_pacing"):
-        open_sim_sweep(tmp_path, spec)
+        open_sweep(tmp_path, spec, twin_runner(spec, 1))
 
 
 class SimSimple:

@@ -19,7 +19,7 @@ from conftest import BUFSIZE
 
 from bufsize.longlived.search import SearchOptions
 from bufsize.sim.search import run_sim_search
-from bufsize.topologies.errors import UsageError
+from bufsize.topologies.errors import RunError, UsageError
 from bufsize.topologies.nssim import HELPER, NS3_WHEEL, SimConfig, SimDumbbell, ns3_version, twin_ready
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,6 +98,23 @@ def test_seeds_spread_like_the_emulation_and_answer_near_the_model():
     assert 0.5 * 5.2 <= statistics.median(answers) <= 2 * 5.2, answers
 
 
+def test_fresh_starts_measure_each_buffer_in_a_run_of_its_own():
+    """With fresh starts, each probe at a buffer other than the last one's starts a new simulator (its
+    clock starts again, its seed its own); without, one run goes on. The search is still a search."""
+    opts = SearchOptions(flows=10)
+    fresh = run_sim_search(small(1), opts, say=lambda s: None, fresh_starts=True)
+    moved = [m for prev, m in zip(fresh["measurements"], fresh["measurements"][1:], strict=False)
+             if m["buffer_packets"] != prev["buffer_packets"]]  # fmt: skip
+    assert fresh["fresh_starts"] == 2 + len(moved)  # the search's own run, the first probe's, each move
+    first = fresh["measurements"][0]["t_start"]
+    assert moved and all(m["t_start"] <= first + 1 for m in moved)  # each a fresh clock: warm-up and settle
+    assert fresh["valid"] and fresh["flags"]["flows_held_until_all_up"]
+    one = run_sim_search(small(1), opts, say=lambda s: None)
+    starts = [m["t_start"] for m in one["measurements"]]
+    assert one["fresh_starts"] == 0 and starts == sorted(starts) and starts[-1] > first + 10
+    assert abs(fresh["buffer_packets"] - one["buffer_packets"]) <= 2  # the same link, near the same answer
+
+
 def test_precision_rule_runs_on_the_twin():
     r = search(3, precision=0.2, samples=3)
     assert r["stopping_rule"] == "precision" and r["crossing"] is not None
@@ -165,6 +182,26 @@ def test_helper_refuses_bad_arguments_and_commands():
     assert res.returncode == 0 and [("error" in r) for r in replies] == [False, True, True, True]
 
 
+def test_an_ns3_attribute_reaches_the_simulation_and_an_unknown_one_is_refused(tmp_path):
+    """One cubic flow's first seconds into a large buffer: with HyStart off, slow start runs on until
+    the buffer overflows, so the bottleneck drops where HyStart had left slow start before any loss.
+    A name ns-3 does not know stops the simulator before it runs; a malformed one never starts it."""
+
+    def first_seconds(*attributes: str) -> tuple[int, int]:
+        cfg = SimConfig(1, 10.0, [40.0], "cubic", attributes=attributes)
+        with SimDumbbell(cfg, 1, 200) as net:
+            iv = net.run(6.0)
+        return iv.drops, iv.bytes
+
+    hystart, plain = first_seconds(), first_seconds("ns3::TcpCubic::HyStart=false")
+    assert hystart != plain and plain[0] > hystart[0], (hystart, plain)
+    with pytest.raises(RunError, match="ns3::TcpCubic::NoSuchThing"):
+        first_seconds("ns3::TcpCubic::NoSuchThing=1")
+    res = subprocess.run([BUFSIZE, "sim", "measure", "--flows", "1", "--buffer-packets", "9", "--ns3-attribute",
+                          "HyStart=false"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert res.returncode == 2 and "--ns3-attribute 'HyStart=false'" in res.stderr, res.stderr
+
+
 def test_delayed_acks_release_segments_in_pairs_and_without_them_one_at_a_time():
     """One flow through a 10 Mb/s bottleneck is clocked by its ACKs. With delayed ACKs each ACK
     covers two segments and the sender answers with two back to back (12 us apart at 1 Gb/s); with
@@ -212,8 +249,16 @@ def test_sim_sweep_command_writes_resumes_and_plots(tmp_path):
     assert (out / "figure.png").exists() and (out / "table.md").exists()
     again = subprocess.run(args, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "4 of 4 points already finished" in again.stderr
-    other = subprocess.run([*args[:-2], "--seeds", "3", "--out", str(out)], capture_output=True, text=True)
-    assert other.returncode == 2 and "other settings" in other.stderr  # a sweep resumes only as made
+    other = subprocess.run([*args[:-2], "--rtt-ms", "30", "--out", str(out)], capture_output=True, text=True)
+    assert other.returncode == 2 and "different settings (rtt_ms)" in other.stderr  # resumed only as made
+    # More seeds is the same sweep with more runs a point, as on the emulated link: the two new points
+    # run, the four finished stay, and the manifest records the change. Asked for as `bufsize sweep`.
+    more = [BUFSIZE, "sweep", "--link", "simulated", *args[3:-2], "--seeds", "3", "--out", str(out)]
+    grown = subprocess.run(more, capture_output=True, text=True, timeout=600)
+    assert grown.returncode == 0 and "4 of 6 points already finished" in grown.stderr, grown.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [(a["from"], a["to"]) for a in manifest["runs_added"]] == [(2, 3)] and manifest["spec"]["seeds"] == 3
+    assert all(json.loads((out / f"n{n:04d}-run3" / "result.json").read_text())["seed"] == 3 for n in (10, 20))
     # The overlay: a sweep plotted with a twin sweep gains the twin's medians and the ratio per N
     # (here the twin against itself, so each ratio is exactly 1).
     plotted = subprocess.run([BUFSIZE, "plot", str(out), "--with-sim", str(out)], capture_output=True, text=True)

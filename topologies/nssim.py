@@ -29,6 +29,7 @@ SIM_RTOS = ("linux", "ns2")
 NS3_WHEEL = "ns3==3.44.post0"
 MAX_SIM_FLOWS = 100_000
 MAX_SIM_HOSTS = 10_000
+ATTRIBUTE = re.compile(r"ns3::[A-Za-z][A-Za-z0-9]*::[A-Za-z][A-Za-z0-9]*=[A-Za-z0-9_.+-]+")
 
 
 def ns3_dir() -> Path:
@@ -79,6 +80,9 @@ class SimConfig:
     # time, so a spread of about an RTT is nearer it; at 10 Gb/s it also keeps the first flows from
     # growing windows of thousands of packets alone, which ns-3 recovers in W^2 (docs/twin.md).
     start_spread_s: float = 1.0
+    # ns-3 attribute defaults, NAME=VALUE, set over the Linux-like ones (ns3::TcpCubic::HyStart=false):
+    # to turn one part of a congestion control off, or match it to Linux's, and see what it moves.
+    attributes: tuple[str, ...] = ()
 
     @property
     def bdp_bytes(self) -> int:
@@ -115,6 +119,9 @@ class SimConfig:
             raise UsageError(f"--rto {self.rto}: one of {', '.join(SIM_RTOS)}")
         if not 0 <= self.start_spread_s <= 100:
             raise UsageError(f"--start-spread-s {self.start_spread_s:g}: from 0 to 100 simulated seconds")
+        for a in self.attributes:
+            if not ATTRIBUTE.fullmatch(a):
+                raise UsageError(f"--ns3-attribute {a!r}: ns3::TYPE::NAME=VALUE, the value letters, digits and ._+-")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -160,7 +167,8 @@ class SimDumbbell:
                 "--access-mbps", repr(c.access_mbps), "--buffer-packets", str(self.buffer_packets),
                 "--seed", str(c.seed), "--iw", str(c.iw), "--rto", c.rto,
                 "--delack", "2" if c.delayed_ack else "1", "--pacing", "1" if c.sender_pacing else "0",
-                "--start-spread-s", repr(float(c.start_spread_s))]  # fmt: skip
+                "--start-spread-s", repr(float(c.start_spread_s)),
+                *(x for a in c.attributes for x in ("--attribute", a))]  # fmt: skip
 
     def __enter__(self) -> SimDumbbell:
         self.proc = subprocess.Popen(

@@ -136,7 +136,8 @@ def add_table_commands(command: Command) -> None:
     )
     pl.add_argument("dir")
     pl.add_argument("--title")
-    pl.add_argument("--with-sim", help="a `bufsize sim sweep` directory to overlay, with an emulation/twin column")
+    pl.add_argument("--with-sim", help="a twin sweep directory (`bufsize sweep --link simulated`) to overlay, "
+                    "with an emulation/twin column")  # fmt: skip
     pl.add_argument(
         "--beside",
         action="append",

@@ -11,16 +11,21 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bufsize.cli import options
 from bufsize.longlived.measure import MeasureOptions
 from bufsize.scaffold import lists
+from bufsize.scaffold.display import Display
 from bufsize.scaffold.experiment import Say, stderr_say
 from bufsize.scaffold.projectfiles import QUICK_REFERENCE_DIR
 from bufsize.scaffold.resultdir import check_out_dir, exit_status, table_rows
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.machine import delay_backend, require_root
+
+if TYPE_CHECKING:
+    from bufsize.longlived.sweep import PointRunner, SweepSpecLike
 
 
 def result_dir(a: argparse.Namespace, name: str = "result.json") -> Path | None:
@@ -168,16 +173,13 @@ def sweep_outcome(out: Path, res: dict, paths: list[Path]) -> dict:
 
 
 def cmd_sweep(a: argparse.Namespace) -> int:
-    from bufsize.longlived.report import make_report
-    from bufsize.longlived.sweep import format_plan, parse_points, plan, run_sweep, spec_from_args
+    from bufsize.longlived.sweep import emulated_runner, format_plan, parse_points, plan, spec_from_args
 
     spec = spec_from_args(a)
     only = parse_points(a.points, spec) if a.points is not None else None
     if options.printed_config(a, {"spec": spec, "points": only or spec.points()}):
         return 0
-    if a.out is None and not a.dry_run:
-        raise UsageError("give --out: the sweep directory (re-running the same command resumes it)")
-    out = check_out_dir(a.out, create=not a.dry_run) if a.out is not None else None
+    out = sweep_dir(a, create=not a.dry_run)
     if a.dry_run:
         backend = delay_backend(spec.delay_backend, spec.shaper) if os.geteuid() == 0 else None
         p = plan(out, spec, backend, only)
@@ -185,11 +187,29 @@ def cmd_sweep(a: argparse.Namespace) -> int:
         return 0
     require_root()
     backend = delay_backend(spec.delay_backend, spec.shaper)
-    res = run_sweep(out, spec, backend, only=only, allow_mixed_shapers=a.allow_mixed_shapers)
+    say = Display()  # a live bar on a terminal, lines elsewhere
+    assert out is not None  # sweep_dir requires --out but for --dry-run
+    return swept(a, out, spec, emulated_runner(out, spec, backend, say, a.allow_mixed_shapers), say, only)
+
+
+def sweep_dir(a: argparse.Namespace, create: bool = True) -> Path | None:
+    """A sweep's --out, needed but for --dry-run."""
+    if a.out is None and not getattr(a, "dry_run", False):
+        raise UsageError("give --out: the sweep directory (re-running the same command resumes it)")
+    return check_out_dir(a.out, create=create) if a.out is not None else None
+
+
+def swept(a: argparse.Namespace, out: Path, spec: SweepSpecLike, runner: PointRunner, say: Say,
+          only: list[tuple[int, int]] | None = None) -> int:  # fmt: skip
+    """A sweep on either link (longlived/sweep.py run_sweep), then its figure and table, and what failed."""
+    from bufsize.longlived.report import make_report
+    from bufsize.longlived.sweep import run_sweep
+
+    res = run_sweep(out, spec, runner, say, only)
     paths = make_report(out) if res["finished"] else []
-    if a.json:
+    if getattr(a, "json", False):
         print(json.dumps(sweep_outcome(out, res, paths), indent=1))
-    for path in [] if a.json else paths:
+    for path in [] if getattr(a, "json", False) else paths:
         print(f"wrote {path}")
     if res["failed"]:
         print(f"{len(res['failed'])} point(s) failed; re-run the same command to retry them:", file=sys.stderr)

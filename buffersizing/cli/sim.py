@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from bufsize.cli.commands import quiet_if, result_dir
+from bufsize.cli.commands import quiet_if, result_dir, sweep_dir, swept
 from bufsize.cli.options import (
     add_measure_timing_args,
     add_path_args,
@@ -55,6 +55,14 @@ def add_sim_link_args(p: argparse.ArgumentParser, hosts_help: str, by_preset: bo
         "RTT is nearer the emulation, whose flows all write their first byte at once, and keeps 10 Gb/s runs "
         "from hours of ns-3's loss recovery (docs/twin.md)",
     )
+    group(p, SIM).add_argument(
+        "--ns3-attribute",
+        action="append",
+        default=[],
+        metavar="ns3::TYPE::NAME=VALUE",
+        help="an ns-3 attribute default set over the twin's Linux-like ones, for example "
+        "ns3::TcpCubic::HyStart=false; repeatable; recorded in the result's config",
+    )
 
 
 def add_start_buffer_arg(p: argparse.ArgumentParser, measure: bool = False) -> None:
@@ -86,6 +94,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--seed", type=int, default=1, help="the simulation's seed (default 1): same seed, same answer"
     )
     add_start_buffer_arg(s)
+    group(s, SIM).add_argument(
+        "--fresh-starts",
+        action="store_true",
+        help="measure every buffer probed in a run of its own: the flows started afresh at that buffer and "
+        "warmed up, as a simulation that restarts at each buffer does (default: the buffer changed under the "
+        "running flows, as on the emulated link)",
+    )
     add_search_args(s)
     s.set_defaults(samples=None, resolution=None, max_samples=None, precision=None, target=None)
     add_result_args(s, "result.json and samples.csv")
@@ -162,7 +177,7 @@ def sim_config(a: argparse.Namespace, flows: int, hosts: int, seed: int) -> SimC
         raise UsageError(f"--hosts {hosts}: must be from 1 to {MAX_SIM_HOSTS}")
     cfg = SimConfig(hosts, a.rate_mbps, parse_rtts(a.rtt_ms, hosts), a.cc, a.access_mbps, seed,
                     delayed_ack=a.delayed_ack == "on", sender_pacing=a.sender_pacing == "on",
-                    start_spread_s=a.start_spread_s)  # fmt: skip
+                    start_spread_s=a.start_spread_s, attributes=tuple(a.ns3_attribute))  # fmt: skip
     cfg.validate(flows)
     return cfg
 
@@ -204,12 +219,13 @@ def cmd_sim_search(a: argparse.Namespace) -> int:
     opts = search_options(a, a.flows, pre)
     validate(cfg, opts)
     check_start_buffer(a.start_buffer)
-    resolved = {"preset": pre["name"], "config": cfg.to_dict(), "search": opts, "start_buffer": a.start_buffer}
+    resolved = {"preset": pre["name"], "config": cfg.to_dict(), "search": opts, "start_buffer": a.start_buffer,
+                "fresh_starts": a.fresh_starts}  # fmt: skip
     if printed_config(a, resolved):
         return 0
     out = result_dir(a)
     say = quiet_if(a.json) or (lambda s: print(s, file=sys.stderr, flush=True))
-    result = run_sim_search(cfg, opts, out, say, start_buffer=a.start_buffer)
+    result = run_sim_search(cfg, opts, out, say, start_buffer=a.start_buffer, fresh_starts=a.fresh_starts)
     if a.json:
         print(json.dumps(result, indent=1))
     elif out is not None:
@@ -242,7 +258,8 @@ def cmd_sim_measure(a: argparse.Namespace) -> int:
 
 
 def cmd_sim_sweep(a: argparse.Namespace) -> int:
-    from bufsize.sim.sweep import SimSweepSpec, check_jobs, default_jobs, run_sim_sweep
+    from bufsize.scaffold.display import Display
+    from bufsize.sim.sweep import SimSweepSpec, check_jobs, default_jobs, twin_runner
 
     pre = method(a)
     flows = parse_flow_list(a.flows) if a.flows is not None else pre["flows"]
@@ -251,21 +268,16 @@ def cmd_sim_sweep(a: argparse.Namespace) -> int:
     hosts = a.hosts if a.hosts is not None else 400
     spec = SimSweepSpec(flows, a.seeds, hosts, a.rate_mbps, a.rtt_ms, a.cc, a.access_mbps, search,
                         delayed_ack=a.delayed_ack == "on", start_buffer=a.start_buffer,
-                        sender_pacing=a.sender_pacing == "on", start_spread_s=a.start_spread_s)  # fmt: skip
+                        sender_pacing=a.sender_pacing == "on", start_spread_s=a.start_spread_s,
+                        attributes=list(a.ns3_attribute))  # fmt: skip
     spec.validate()
     jobs = a.jobs if a.jobs is not None else default_jobs()
     check_jobs(jobs)
     if printed_config(a, {"preset": pre["name"], "spec": spec, "jobs": jobs, "points": spec.points()}):
         return 0
-    if a.out is None:
-        raise UsageError("give --out: the sweep directory (re-running the same command resumes it)")
-    out = check_out_dir(a.out)
-    res = run_sim_sweep(out, spec, jobs)
-    from bufsize.cli.plot import plot_dir
-
-    for p in plot_dir(out):
-        print(f"wrote {p}", file=sys.stderr)
-    return 0 if not res["failed"] else 1
+    out = sweep_dir(a)
+    assert out is not None
+    return swept(a, out, spec, twin_runner(spec, jobs), Display())
 
 
 def cmd_sim_util_table(a: argparse.Namespace) -> int:

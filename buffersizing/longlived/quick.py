@@ -8,8 +8,9 @@ import time
 from pathlib import Path
 
 from bufsize.longlived.report import make_report
-from bufsize.longlived.sweep import SweepSpec, clock, finished, format_plan, make_spec, plan, run_sweep
+from bufsize.longlived.sweep import SweepSpec, clock, emulated_runner, finished, format_plan, make_spec, plan, run_sweep
 from bufsize.longlived.verify import format_summary, run_verify
+from bufsize.scaffold.display import Display
 from bufsize.scaffold.resultdir import check_out_dir, read_finished
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.machine import format_report, probe
@@ -124,7 +125,8 @@ def run_quick(given: str | Path) -> tuple[int, Path | None]:
         print("the emulated path is not within tolerance; not running the sweep on it", file=sys.stderr)
         return 1, out
     print(f"\n== quick replication: N = {', '.join(map(str, spec.flows))}, cc {spec.cc}, into {out}/")
-    res = run_sweep(out, spec, backend)
+    say = Display()
+    res = run_sweep(out, spec, emulated_runner(out, spec, backend, say), say)
     paths = make_report(out) if res["finished"] else []
     for path in paths:
         print(f"wrote {path}")

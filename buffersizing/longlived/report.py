@@ -463,7 +463,7 @@ def make_report(
     results = load_results(d)
     sim = load_results(with_sim) if with_sim is not None else None
     if sim is not None and any(r.get("kind") != "sim-search" for r in sim):
-        raise UsageError(f"--with-sim {with_sim}: not a twin sweep (bufsize sim sweep writes one)")
+        raise UsageError(f"--with-sim {with_sim}: not a twin sweep (bufsize sweep --link simulated writes one)")
     if len(beside_dirs) > len(BESIDE_STYLES):
         raise UsageError(f"--beside: at most {len(BESIDE_STYLES)} other sweeps (a figure stays readable)")
     beside = [load_results(b) for b in beside_dirs]

@@ -18,19 +18,20 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import ClassVar, Protocol
 
 from bufsize.longlived.dynamics import estimate_search_seconds
-from bufsize.longlived.points import Sweep, clock, finished, point_dir, run_points
+from bufsize.longlived.points import Sweep, Task, clock, finished, point_dir, run_points
 from bufsize.longlived.presets import DEFAULT_PRESET, preset
 from bufsize.longlived.search import FirstGuess, SearchOptions, default_samples, run_search
 from bufsize.monitors.cpu import SAMPLE_STEAL_LIMIT
-from bufsize.scaffold.display import Display
 from bufsize.scaffold.lists import parse_flow_list
 from bufsize.scaffold.manifest import machine_manifest
 from bufsize.scaffold.resultdir import check_out_dir, read_finished, write_json_atomic
 from bufsize.scaffold.schema import stamp
 from bufsize.topologies.config import PACER_DEFAULT, DumbbellConfig, parse_rtts, resolve_shaper
 from bufsize.topologies.errors import UsageError
+from bufsize.topologies.safefiles import read_bounded
 from bufsize.topologies.units import digits
 from bufsize.traffic.longflows import MAX_FLOWS
 
@@ -53,6 +54,8 @@ class SweepSpec:
     sender_pacing: bool = False  # likewise
     search: dict = field(default_factory=dict)  # SearchOptions fields other than flows
     preset: str | None = None
+    runs_key: ClassVar[str] = "runs"
+    run_name: ClassVar[str] = "run"
 
     def validate(self) -> None:
         if not self.flows:
@@ -101,6 +104,19 @@ class SweepSpec:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def made_before(self, old: dict, machine: dict) -> dict:
+        """A manifest's spec with what it ran where it predates a setting: auto was pinned to the shaper it
+        ran, and options added since ran with the kernel's or the search's defaults of then."""
+        if old.get("shaper") == "auto" and isinstance(machine, dict) and machine.get("shaper") == self.shaper:
+            old["shaper"] = self.shaper
+        old = {"loss_recovery": "linux", "delayed_ack": True, "sender_pacing": False} | old
+        if isinstance(old.get("search"), dict):
+            # Samples were the model's cycle long before --sample-length existed, and every one counted
+            # before --max-sample-steal; --precision was off.
+            then = SEARCH_DEFAULTS | {"sample_length": "model", "max_sample_steal": 0.0}
+            old["search"] = {k: v for k, v in then.items() if k not in old["search"]} | old["search"]
+        return old
 
 
 SEARCH_DEFAULTS = {
@@ -241,32 +257,35 @@ def sweep_shapers(spec: SweepSpec, backend: str) -> str:
     return resolve_shaper(spec.shaper, backend)
 
 
-def existing_manifest(out: Path, spec: SweepSpec) -> dict | None:
+class SweepSpecLike(Protocol):
+    """What the sweep asks of a link's sweep settings (SweepSpec here, the twin's SimSweepSpec)."""
+
+    runs_key: ClassVar[str]  # the spec's key for runs a point ("seeds" on the twin: run r is seed r)
+    run_name: ClassVar[str]
+
+    @property
+    def runs(self) -> int: ...
+    def points(self) -> list[tuple[int, int]]: ...
+    def validate(self) -> None: ...
+    def to_dict(self) -> dict: ...
+    def made_before(self, old: dict, machine: dict) -> dict: ...
+
+
+def existing_manifest(out: Path, spec: SweepSpecLike) -> dict | None:
     """The manifest of a sweep already in `out` (None if there is none), refused unless the same
-    settings made it (bufsize sweep and bufsize remote resume only their own sweep). The one change let
-    through is a larger --runs: the same sweep with more runs a point, whose finished runs stay valid."""
+    settings made it (a sweep, on either link, and bufsize remote resume only their own sweep). The one
+    change let through is more runs a point: the same sweep, whose finished runs stay valid."""
     path = out / "manifest.json"
     if not path.exists():
         return None
     try:
-        manifest = json.loads(path.read_text())
-        old = dict(manifest["spec"])
-        machine = manifest.get("machine") or {}
+        manifest = json.loads(read_bounded(path))
+        old = spec.made_before(dict(manifest["spec"]), manifest.get("machine") or {})
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         detail = " ".join(str(e).split())[:200]
         raise UsageError(f"{path} is not a sweep manifest ({detail}); choose another --out") from e
-    if old.get("shaper") == "auto" and isinstance(machine, dict) and machine.get("shaper") == spec.shaper:
-        old["shaper"] = spec.shaper  # made before sweeps pinned auto, and auto ran this shaper then
-    # Host TCP options added since the sweep was made: it ran with the kernel's.
-    old = {"loss_recovery": "linux", "delayed_ack": True, "sender_pacing": False} | old
-    if isinstance(old.get("search"), dict):
-        # Search options added since the sweep was made: it ran with their defaults (--precision off).
-        # Samples were the model's cycle long before --sample-length existed, and every one counted
-        # before --max-sample-steal.
-        made_before = SEARCH_DEFAULTS | {"sample_length": "model", "max_sample_steal": 0.0}
-        old["search"] = {k: v for k, v in made_before.items() if k not in old["search"]} | old["search"]
-    now = spec.to_dict()
-    if old | {"runs": now["runs"]} == now and isinstance(old.get("runs"), int) and old["runs"] < now["runs"]:
+    now, runs = spec.to_dict(), spec.runs_key
+    if old | {runs: now[runs]} == now and isinstance(old.get(runs), int) and old[runs] < now[runs]:
         return manifest  # more runs of the same sweep: its finished runs stay valid, open_sweep records it
     if old != now:
         # A key is named as a Python string where it is not a plain name: a manifest's keys are the file's.
@@ -281,13 +300,13 @@ def existing_manifest(out: Path, spec: SweepSpec) -> dict | None:
     return manifest
 
 
-def grown_manifest(manifest: dict, spec: SweepSpec) -> dict:
+def grown_manifest(manifest: dict, spec: SweepSpecLike) -> dict:
     """`manifest` with `spec`'s settings, and a `runs_added` entry where `spec` has more runs a point
     (the one change existing_manifest lets through); local and remote sweeps both record it here."""
-    before = (manifest.get("spec") or {}).get("runs")
+    before, now = (manifest.get("spec") or {}).get(spec.runs_key), spec.to_dict()[spec.runs_key]
     added = list(manifest.get("runs_added") or [])
-    if isinstance(before, int) and before < spec.runs:
-        added.append({"from": before, "to": spec.runs, "at": datetime.now(UTC).isoformat(timespec="seconds")})
+    if isinstance(before, int) and before < now:
+        added.append({"from": before, "to": now, "at": datetime.now(UTC).isoformat(timespec="seconds")})
     return manifest | {"spec": spec.to_dict()} | ({"runs_added": added} if added else {})
 
 
@@ -303,40 +322,69 @@ def check_same_shaper(manifest: dict, now: str, allow_mixed: bool) -> None:
     )
 
 
-def open_sweep(out: Path, spec: SweepSpec, backend: str, allow_mixed_shapers: bool = False) -> None:
+@dataclass
+class PointRunner:
+    """How a sweep's points run on its link: one point's search (its result.json in the point's
+    directory, or raise), what the manifest records of the machine, the check before resuming, the
+    estimate of a point's time (None: none), and how many at once (0: one at a time in this process)."""
+
+    search: Task
+    machine: Callable[[], dict]
+    intro: str
+    workers: int = 0
+    resumed: Callable[[dict], None] = lambda manifest: None
+    estimate: Callable[[int], float] | None = None
+
+
+def open_sweep(out: Path, spec: SweepSpecLike, runner: PointRunner) -> None:
     """Create the sweep directory, or check that an existing one was made by the same command."""
     check_out_dir(out)
     path = out / "manifest.json"
     manifest = existing_manifest(out, spec)
     if manifest is not None:
-        check_same_shaper(manifest, sweep_shapers(spec, backend), allow_mixed_shapers)
-        if manifest["spec"].get("runs") != spec.runs:  # existing_manifest let only more runs through
+        runner.resumed(manifest)
+        if manifest["spec"].get(spec.runs_key) != spec.to_dict()[spec.runs_key]:  # only more runs got through
             write_json_atomic(path, stamp(grown_manifest(manifest, spec), "sweep-manifest"))
         return
-    machine = machine_manifest(backend, spec.cc, sweep_shapers(spec, backend))
-    write_json_atomic(path, stamp({"spec": spec.to_dict(), "machine": machine}, "sweep-manifest"))
+    write_json_atomic(path, stamp({"spec": spec.to_dict(), "machine": runner.machine()}, "sweep-manifest"))
 
 
 def run_sweep(
     out: Path,
-    spec: SweepSpec,
-    backend: str,
-    log: Callable[[str], None] | None = None,
+    spec: SweepSpecLike,
+    runner: PointRunner,
+    say: Callable[[str], None],
     only: list[tuple[int, int]] | None = None,
-    allow_mixed_shapers: bool = False,
 ) -> dict:
-    """Every point of the sweep, or `only` those (in the sweep's order; another machine runs the rest),
-    one at a time in this process (points.run_points)."""
-    say = log or Display()  # a live bar on a terminal, lines elsewhere
+    """Every point of the sweep, or `only` those (another machine runs the rest), on either link
+    (points.run_points). One at a time, run-major, so a sweep stopped early still has a whole curve;
+    on several workers the largest N first, which take longest, so that none is left alone at the end."""
     spec.validate()
-    open_sweep(out, spec, backend, allow_mixed_shapers)
-    say(f"shaper: {sweep_shapers(spec, backend)}, delay backend: {backend}")
+    open_sweep(out, spec, runner)
+    say(runner.intro)
+    points = [p for p in spec.points() if only is None or p in only]
+    if runner.workers:
+        points.sort(key=lambda p: (-p[0], p[1]))
+    return run_points(Sweep(out, points, spec.runs, runner.estimate, spec.run_name), runner.search, say, runner.workers)
+
+
+def emulated_runner(
+    out: Path, spec: SweepSpec, backend: str, say: Callable[[str], None], allow_mixed_shapers: bool = False
+) -> PointRunner:
+    """An emulated sweep's points: one at a time in this process (each needs the whole machine),
+    each search's first probe from the sweep's answers so far (sweep_guess)."""
+    shaper = sweep_shapers(spec, backend)
 
     def search(n: int, r: int, d: Path) -> None:
         run_search(spec.config(n), backend, spec.options(n), d, log=say, hint=sweep_guess(out, spec, n, r))
 
-    points = [p for p in spec.points() if only is None or p in only]
-    return run_points(Sweep(out, points, spec.runs, spec.estimate), search, say)
+    return PointRunner(
+        search,
+        lambda: machine_manifest(backend, spec.cc, shaper),
+        f"shaper: {shaper}, delay backend: {backend}",
+        resumed=lambda manifest: check_same_shaper(manifest, shaper, allow_mixed_shapers),
+        estimate=spec.estimate,
+    )
 
 
 def plan(out: Path | None, spec: SweepSpec, backend: str | None, only: list[tuple[int, int]] | None = None) -> dict:

@@ -16,6 +16,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from bufsize.longlived.search import (
@@ -101,20 +102,25 @@ def start_packets(choice: str, cal_packets: int, small_packets: int, flows: int)
     return min(int(choice), cal_packets)
 
 
+def hold_until_up(net: SimDumbbell, flows: int, warm_s: float) -> int:
+    """Run fresh flows for `warm_s`, longer while any is not up (a SYN lost among hundreds of flows
+    starting within a second costs a flow 1 s, then 2, 4, ...), as the emulation holds its flows;
+    the late flows then get a warm-up of their own. How many came up."""
+    net.run(warm_s)
+    up = net.flows_up()
+    while up < flows and net.sim_seconds < warm_s + MAX_START_S:
+        net.run(1.0)
+        up = net.flows_up()
+    if net.sim_seconds > warm_s:
+        net.run(warm_s)
+    return up
+
+
 def warm_up(net: SimDumbbell, prober: Prober, flows: int, cal_packets: int, say: Callable[[str], None]) -> int:
     """Run the flows until every one is up and warm, then grow them into the calibration buffer where
     they started below it; how many came up."""
     start = net.buffer_packets
-    warm = prober.timing(net.buffer_bytes).warmup_s
-    net.run(warm)
-    # Held until every flow is up, as the emulation holds its flows (a SYN lost among hundreds
-    # of flows starting within a second costs a flow 1 s, then 2, 4, ...).
-    up = net.flows_up()
-    while up < flows and net.sim_seconds < warm + MAX_START_S:
-        net.run(1.0)
-        up = net.flows_up()
-    if net.sim_seconds > warm:
-        net.run(warm)  # the late flows' own warm-up
+    up = hold_until_up(net, flows, prober.timing(net.buffer_bytes).warmup_s)
     say(f"  {up} of {flows} flows up after {net.sim_seconds:.1f} s at {start} packets")
     if start != cal_packets:
         net.set_buffer(cal_packets)
@@ -124,6 +130,32 @@ def warm_up(net: SimDumbbell, prober: Prober, flows: int, cal_packets: int, say:
     return up
 
 
+FRESH_SEED_STRIDE = 100_003  # a prime: the k-th fresh start of seed s is far from any other search's seed
+
+
+class FreshLink(SimulatedLink):
+    """The twin with its flows started afresh at each buffer a probe moves to, as a simulation that
+    measures every buffer in a run of its own: a new simulator at that buffer, its flows held until
+    all are up and warm as at the start; the probe's settle and samples follow as on the running twin
+    (a re-check at the same buffer goes on in that run). Each start has a seed of its own, derived
+    from the search's: with the same seed a re-check after another buffer would replay its first run."""
+
+    def __init__(self, net: SimDumbbell, warm_s: Callable[[int], float]) -> None:
+        super().__init__(net)
+        self.warm_s = warm_s  # the warm-up at a buffer of so many bytes
+        self.earlier_s = 0.0  # simulated in the runs before this one
+        self.starts = 1
+        self.all_up = True
+
+    def set_buffer_bytes(self, buffer_bytes: int) -> None:
+        self.earlier_s += self.net.sim_seconds
+        self.net.close()
+        seed = (self.cfg.seed - 1 + FRESH_SEED_STRIDE * self.starts) % 2**31 + 1
+        self.net = SimDumbbell(replace(self.cfg, seed=seed), self.net.flows, buffer_bytes // FRAME_BYTES).__enter__()
+        self.starts += 1
+        self.all_up &= hold_until_up(self.net, self.net.flows, self.warm_s(buffer_bytes)) == self.net.flows
+
+
 def run_sim_search(
     cfg: SimConfig,
     opts: SearchOptions,
@@ -131,9 +163,11 @@ def run_sim_search(
     say: Callable[[str], None] = print,
     hint: FirstGuess | None = None,
     start_buffer: str = "calibration",
+    fresh_starts: bool = False,
 ) -> dict:
     """One search on the twin, end to end; with `out`, result.json and samples.csv are written there.
-    The flows start at `start_buffer` (START_BUFFERS, or packets) and are calibrated at 2 BDP."""
+    The flows start at `start_buffer` (START_BUFFERS, or packets) and are calibrated at 2 BDP; with
+    `fresh_starts`, every buffer probed is measured in a run of its own (FreshLink)."""
     validate(cfg, opts)
     check_start_buffer(start_buffer)
     th = theory(cfg, opts.flows)  # type: ignore[arg-type]
@@ -153,7 +187,9 @@ def run_sim_search(
             "their slow start overshoots that, and congestion avoidance then grows them into the larger one"
         )
     with SimDumbbell(cfg, opts.flows, start) as net:
-        prober = Prober(SimulatedLink(net), opts, cfg.rate_mbps)
+        fresh = FreshLink(net, lambda b: prober.timing(b).warmup_s) if fresh_starts else None
+        link = fresh or SimulatedLink(net)
+        prober = Prober(link, opts, cfg.rate_mbps)
         up = warm_up(net, prober, opts.flows, cal_packets, say)
         cal_rates = calibrate(prober, cfg.rate_mbps, max(10, 2 * opts.samples), say)
         reference = statistics.median(cal_rates)
@@ -161,15 +197,18 @@ def run_sim_search(
         top = min(cal_packets, opts.max_buffer_packets or cal_packets)
         if first:
             say(f"  first probe at {first.packets} packets: {first.source}")
-        res = median_search(prober, opts, top, cal_packets, first, say).run()
-        sim_seconds = net.sim_seconds
+        try:
+            res = median_search(prober, opts, top, cal_packets, first, say).run()
+        finally:
+            link.net.close()  # a fresh start's simulator (the first is closed by the with)
+        sim_seconds = link.net.sim_seconds + (fresh.earlier_s if fresh else 0.0)
 
     answer = res.buffer_packets
     flags = {
         "converged": res.converged,
         "answer_below_search_top": answer < top,
         "reference_near_nominal": reference >= GOOD_REFERENCE * cfg.rate_mbps,
-        "flows_held_until_all_up": up == opts.flows,
+        "flows_held_until_all_up": up == opts.flows and (fresh is None or fresh.all_up),
     }
     result = {
         "kind": "sim-search",
@@ -185,6 +224,7 @@ def run_sim_search(
         "queue_at_answer": next((m.queue for m in reversed(prober.measurements) if m.buffer_packets == answer), None),
         "start_buffer": start_buffer,
         "start_buffer_packets": start,
+        "fresh_starts": fresh.starts if fresh else 0,  # simulator runs when each buffer starts afresh; 0: one run
         "valid": all(v is not False for v in flags.values()),
         "flags": flags,
         "wall_seconds": round(time.monotonic() - t_wall, 1),

@@ -171,13 +171,16 @@ struct Options
     uint32_t delack = 2; // segments a delayed ACK waits for (1: every segment ACKed at once)
     uint32_t pacing = 0; // 1: every flow paced by its TCP (the emulation's --sender-pacing on)
     uint32_t fastPaths = 1; // 0: ns-3's own routing, local-address check and demultiplexing
+    // NAME=VALUE defaults of ns-3 attributes set after the Linux-like ones, so an experiment can turn
+    // one part of a congestion control off (ns3::TcpCubic::HyStart=false) without a build of its own.
+    std::vector<std::string> attributes;
 };
 
 [[noreturn]] void Usage(const std::string& why)
 {
     std::cerr << "bsz-nssim: " << why << "\n"
               << "usage: bsz-nssim --flows N --hosts H --rate-mbps C --rtt-ms R[,R...] --cc reno|cubic|bbr "
-                 "--buffer-packets B [--access-mbps A] [--seed S] [--start-spread-s T] [--iw PACKETS] [--rto linux|ns2] [--delack 1|2] [--pacing 0|1] [--fast-paths 0|1]\n"
+                 "--buffer-packets B [--access-mbps A] [--seed S] [--start-spread-s T] [--iw PACKETS] [--rto linux|ns2] [--delack 1|2] [--pacing 0|1] [--fast-paths 0|1] [--attribute ns3::TYPE::NAME=VALUE ...]\n"
                  "(--flows 0: short transfers only, given on stdin)\n";
     std::exit(2);
 }
@@ -229,6 +232,7 @@ const std::map<std::string, SetOption> kOptions{
     {"--fast-paths", Whole(&Options::fastPaths, 0, 1)},
     {"--rto", OneOf(&Options::rto, {"linux", "ns2"}, "linux or ns2")},
     {"--cc", OneOf(&Options::cc, {"reno", "cubic", "bbr"}, "the twin has reno, cubic and bbr")},
+    {"--attribute", [](Options& o, const std::string&, const std::string& v) { o.attributes.push_back(v); }},
     {"--rtt-ms",
      [](Options& o, const std::string& f, const std::string& v) {
          o.rttMs.clear();
@@ -290,6 +294,16 @@ void SetTcpDefaults(const Options& o)
     if (o.pacing == 1)
         Config::SetDefault("ns3::TcpSocketState::MaxPacingRate",
                            DataRateValue(DataRate(static_cast<uint64_t>(o.accessMbps * 1e6))));
+    for (const std::string& a : o.attributes)
+    {
+        const auto eq = a.find('=');
+        if (eq == std::string::npos || !Config::SetDefaultFailSafe(a.substr(0, eq), StringValue(a.substr(eq + 1))))
+        {
+            // One line, without the usage text: the caller shows the end of what the simulator said.
+            std::cerr << "bsz-nssim: --attribute " << a << ": not an attribute default NAME=VALUE that ns-3 accepts\n";
+            std::exit(2);
+        }
+    }
 }
 
 // A connection as the receiver knows it: its sender's address and port, packed in one integer.
