@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -44,6 +46,23 @@ def run_one(command: str, out: Path, args: list[str]) -> dict:
             raise SystemExit(f"bufsize {command} into {out} failed (exit {rc})")
         (out / "wall_s.txt").write_text(f"{time.monotonic() - t0:.0f}\n")
     return json.loads(res.read_text())
+
+
+def run_beside(command: str, out: Path, args: list[str], child: list[str], what: str) -> dict:
+    """run_one with a process of ours (`child`, an argument list) running beside it from before the
+    command starts until it ends, then ended by its PID; a run finished before is kept as it is."""
+    if (out / "result.json").exists():
+        return run_one(command, out, args)
+    out.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(child)
+    time.sleep(0.5)
+    if proc.poll() is not None:
+        raise SystemExit(f"the {what} ended at once (exit {proc.returncode})")
+    try:
+        return run_one(command, out, args)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
 
 
 def row(r: dict) -> dict:

@@ -20,12 +20,11 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from factor_ab import row, run_one, spread
+from factor_ab import row, run_beside, run_one, spread
 
 
 def thief(cpu: int, burst_s: float, period_s: float, report: Path) -> None:
@@ -55,22 +54,11 @@ def thief(cpu: int, burst_s: float, period_s: float, report: Path) -> None:
 
 
 def with_thief(out: Path, args: list[str], cpu: int, burst_s: float, period_s: float) -> dict:
-    """run_one with the thief beside it (kept, with its duty, if it finished before)."""
-    if (out / "result.json").exists():
-        return run_one("measure", out, args)
-    out.mkdir(parents=True, exist_ok=True)
-    report = out / "thief.json"
-    cmd = [sys.executable, __file__, "--thief", str(report), "--cpu", str(cpu), "--burst-ms", str(burst_s * 1e3),
-           "--period-ms", str(period_s * 1e3)]  # fmt: skip
-    proc = subprocess.Popen(cmd)
-    time.sleep(0.5)
-    if proc.poll() is not None:
-        raise SystemExit(f"the thief ended at once (exit {proc.returncode}): no real-time priority here?")
-    try:
-        return run_one("measure", out, args)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=10)
+    """run_one with the thief beside it (kept, with its duty, if it finished before); a thief that
+    ends at once had no real-time priority here."""
+    cmd = [sys.executable, __file__, "--thief", str(out / "thief.json"), "--cpu", str(cpu),
+           "--burst-ms", str(burst_s * 1e3), "--period-ms", str(period_s * 1e3)]  # fmt: skip
+    return run_beside("measure", out, args, cmd, "thief")
 
 
 def main() -> int:

@@ -21,13 +21,12 @@ import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from benchproc import run_main
-from factor_ab import run_one
+from factor_ab import run_beside, run_one
 
 PERIOD_S = 0.02
 
@@ -58,19 +57,10 @@ def hog(cpu: int, duty: float, report: Path) -> None:
 
 def with_hog(out: Path, args: list[str], duty: float) -> dict:
     """One search with the hog beside it from before it starts until it ends (kept if finished before)."""
-    if duty == 0 or (out / "result.json").exists():
+    if duty == 0:
         return run_one("search", out, args)
-    out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, __file__, "--hog", str(out / "hog.json"), "--duty", str(duty)]
-    proc = subprocess.Popen(cmd)
-    time.sleep(0.5)
-    if proc.poll() is not None:
-        raise SystemExit(f"the hog ended at once (exit {proc.returncode})")
-    try:
-        return run_one("search", out, args)
-    finally:
-        proc.send_signal(signal.SIGTERM)  # our own child, by its PID
-        proc.wait(timeout=10)
+    hog_argv = [sys.executable, __file__, "--hog", str(out / "hog.json"), "--duty", str(duty)]
+    return run_beside("search", out, args, hog_argv, "hog")
 
 
 def level_name(duty: float) -> str:
