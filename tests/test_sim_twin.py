@@ -184,7 +184,8 @@ def test_helper_refuses_bad_arguments_and_commands():
 
 def test_an_ns3_attribute_reaches_the_simulation_and_an_unknown_one_is_refused(tmp_path):
     """One cubic flow's first seconds into a large buffer: with HyStart off, slow start runs on until
-    the buffer overflows, so the bottleneck drops where HyStart had left slow start before any loss.
+    the buffer overflows, so the bottleneck drops far more than where HyStart left slow start early
+    (338 drops against 14 at seed 1).
     A name ns-3 does not know stops the simulator before it runs; a malformed one never starts it."""
 
     def first_seconds(*attributes: str) -> tuple[int, int]:
@@ -194,7 +195,7 @@ def test_an_ns3_attribute_reaches_the_simulation_and_an_unknown_one_is_refused(t
         return iv.drops, iv.bytes
 
     hystart, plain = first_seconds(), first_seconds("ns3::TcpCubic::HyStart=false")
-    assert hystart != plain and plain[0] > hystart[0], (hystart, plain)
+    assert plain[0] > 5 * max(1, hystart[0]), (hystart, plain)
     with pytest.raises(RunError, match="ns3::TcpCubic::NoSuchThing"):
         first_seconds("ns3::TcpCubic::NoSuchThing=1")
     res = subprocess.run([BUFSIZE, "sim", "measure", "--flows", "1", "--buffer-packets", "9", "--ns3-attribute",
