@@ -124,7 +124,12 @@ class SimConfig:
                 raise UsageError(f"--ns3-attribute {a!r}: ns3::TYPE::NAME=VALUE, the value letters, digits and ._+-")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields, with `attributes` only where some were given: a config without them reads as
+        every twin config did before the option, so records of earlier runs still match (util-table's
+        resume compares them)."""
+        d = asdict(self)
+        attributes = d.pop("attributes")
+        return d | ({"attributes": list(attributes)} if attributes else {})
 
 
 @dataclass
