@@ -7,7 +7,7 @@ TCP-friendly region, and CubicDelta (ns-3 waits this long after a window reducti
 cubic function governs growth again; Linux has no such wait). One row changes the receiver's ACKs
 instead (every segment ACKed at once), the one factor that moved the twin's Reno answer. The link
 and rule are the published figures' (62.5 Mb/s, 87 ms, the precision rule at +-10 %), N = 2 and 10,
-seeds 1-3; the emulated Linux CUBIC's answers are in results/full/2026-11-27.
+seeds 1-3, so that each row compares with the emulated Linux CUBIC's committed full sweep at the same N.
 
     .venv/bin/python bench/twin_cubic_factors.py > bench/results/twin-cubic-factors.md
 """

@@ -124,8 +124,8 @@ class SimConfig:
                 raise UsageError(f"--ns3-attribute {a!r}: ns3::TYPE::NAME=VALUE, the value letters, digits and ._+-")
 
     def to_dict(self) -> dict:
-        """The fields, with `attributes` only where some were given: a config without them reads as
-        every twin config did before the option, so records of earlier runs still match (util-table's
+        """The fields, with `attributes` only where some were given, so a config that sets none is
+        recorded as one without the field, and records that lack it still compare equal (util-table's
         resume compares them)."""
         d = asdict(self)
         attributes = d.pop("attributes")
