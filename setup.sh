@@ -17,8 +17,10 @@ NS3_WHEEL=ns3==3.44.post0
 # Only the test command needs these: sshd for the `bufsize remote` test (it starts its own sshd
 # processes inside its own namespaces; the package's service is never started here, and is
 # disabled if this script installed it), clang and its runtimes for the delay line's libFuzzer target
-# (topologies/delayline/fuzz_parsers.c) and vagrant to validate the Vagrantfile.
-TEST_APT_PACKAGES=(openssh-server clang libclang-rt-dev)
+# (topologies/delayline/fuzz_parsers.c), and Slurm with munge for the test that runs a twin sweep on
+# a Slurm cluster (it starts its own munged, slurmctld and slurmd from a private directory; the
+# packages' services are never started here, and are disabled if this script installed them).
+TEST_APT_PACKAGES=(openssh-server clang libclang-rt-dev munge slurmctld slurmd slurm-client)
 # Vagrant is optional: newer distributions dropped it after its licence change, and the
 # Vagrantfile test then skips with that reason instead of the whole test command failing.
 # Chromium loads a sweep's live page (Dask's dashboard) in the tests; Debian packages it, Ubuntu
@@ -55,11 +57,18 @@ install_apt() {
   apt-get install -y -q --no-install-recommends "${missing[@]}" || rc=$?
   if [ "$made_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
   [ "$rc" -eq 0 ] || exit "$rc"
-  # An sshd this script installed must not start at the next boot either.
-  if printf '%s\n' "${missing[@]}" | grep -qx openssh-server && command -v systemctl >/dev/null; then
-    systemctl disable ssh.service ssh.socket >/dev/null 2>&1 || true
-    say "openssh-server installed for the tests; its service is not started and is disabled"
-  fi
+  # The services of packages this script installed must not start at the next boot either.
+  command -v systemctl >/dev/null || return 0
+  local p units
+  for p in "${missing[@]}"; do
+    case "$p" in
+      openssh-server) units=(ssh.service ssh.socket) ;;
+      munge | slurmctld | slurmd) units=("$p.service") ;;
+      *) continue ;;
+    esac
+    systemctl disable "${units[@]}" >/dev/null 2>&1 || true
+    say "$p installed for the tests; its service is not started and is disabled"
+  done
 }
 
 pick_python() {

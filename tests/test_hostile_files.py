@@ -156,12 +156,13 @@ def test_a_series_file_that_is_not_one_is_refused(tmp_path, content):
 
 def test_a_twin_sweep_manifest_nested_too_deep_is_refused(tmp_path):
     from bufsize.longlived.sweep import open_sweep
+    from bufsize.scaffold.cluster import Where
     from bufsize.sim.sweep import SimSweepSpec, twin_runner
 
     (tmp_path / "manifest.json").write_text("[" * 100_000)
     spec = SimSweepSpec([10], 1, 400, 10.0, "20", "reno", 1000.0)
     with pytest.raises(UsageError, match="not a sweep manifest"):
-        open_sweep(tmp_path, spec, twin_runner(spec, 1))
+        open_sweep(tmp_path, spec, twin_runner(spec, Where()))
 
 
 def test_plot_refuses_a_csv_field_past_the_csv_limit(tmp_path):

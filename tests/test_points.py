@@ -1,5 +1,5 @@
 """The point runner both sweeps use (longlived/points.py): finished points skipped, a failure recorded
-and the rest run, in this process or as tasks on `jobs` Dask workers, and a stopped sweep leaving no
+and the rest run, in this process or as tasks on Dask workers, and a stopped sweep leaving no
 worker behind."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bufsize.longlived.points import Sweep, error_of, finished, point_dir, run_points
+from bufsize.scaffold.cluster import Where
 
 
 def answer(n: int, r: int, d: Path, packets: int = 7) -> None:
@@ -55,7 +56,7 @@ def test_workers_run_jobs_at_once_and_a_failed_point_is_said(tmp_path):
         answer(n, s, d)
 
     lines: list[str] = []
-    res = run_points(Sweep(tmp_path, points, 2, run_name="seed"), task, lines.append, jobs=4)
+    res = run_points(Sweep(tmp_path, points, 2, run_name="seed"), task, lines.append, Where("local", 4))
     assert res["finished"] == 3 and res["failed"] == ["N=20 seed 2: ValueError: no such simulator"]
     ran = [json.loads((point_dir(tmp_path, n, s) / "ran").read_text()) for n, s in points]
     assert len({r["pid"] for r in ran}) == 4 and os.getpid() not in {r["pid"] for r in ran}  # a worker each
@@ -88,7 +89,7 @@ def test_a_stopped_sweep_ends_its_workers(tmp_path):
 
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        run_points(Sweep(tmp_path, [(2, 1), (4, 1), (8, 1)], 1), task, say, jobs=2)
+        run_points(Sweep(tmp_path, [(2, 1), (4, 1), (8, 1)], 1), task, say, Where("local", 2))
     assert time.monotonic() - t0 < 40
     (pid,) = [int(p) for p in pid_file.read_text().split()]
     assert not Path(f"/proc/{pid}").exists(), "the running point's worker was left behind"

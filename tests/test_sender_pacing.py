@@ -85,6 +85,7 @@ def test_every_long_flow_socket_on_the_senders_carries_the_cap_when_paced(no_lef
 def test_the_twin_takes_the_option_into_its_config_and_sweep_and_old_twin_sweeps_resume_unpaced(tmp_path):
     from bufsize.cli.sim import sim_config
     from bufsize.longlived.sweep import open_sweep
+    from bufsize.scaffold.cluster import Where
     from bufsize.sim.sweep import SimSweepSpec, twin_runner
     from bufsize.topologies.nssim import SimConfig, SimDumbbell
 
@@ -99,11 +100,11 @@ def test_the_twin_takes_the_option_into_its_config_and_sweep_and_old_twin_sweeps
     old = spec.to_dict()
     del old["sender_pacing"]
     (tmp_path / "manifest.json").write_text(json.dumps({"spec": old}))
-    open_sweep(tmp_path, spec, twin_runner(spec, 1))  # resumes
+    open_sweep(tmp_path, spec, twin_runner(spec, Where()))  # resumes
     spec.sender_pacing = True
     assert spec.config(10, 1) == SimConfig(10, 62.5, [87.0] * 10, "reno", 1000.0, 1, sender_pacing=True)
     with pytest.raises(UsageError, match="sender_pacing"):
-        open_sweep(tmp_path, spec, twin_runner(spec, 1))
+        open_sweep(tmp_path, spec, twin_runner(spec, Where()))
 
 
 class SimSimple:

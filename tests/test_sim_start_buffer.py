@@ -12,6 +12,7 @@ from conftest import BUFSIZE
 from bufsize.longlived.measure import REFERENCE_BDPS
 from bufsize.longlived.search import SearchOptions
 from bufsize.longlived.sweep import open_sweep
+from bufsize.scaffold.cluster import Where
 from bufsize.sim.search import check_start_buffer, run_sim_search, start_packets
 from bufsize.sim.sweep import SimSweepSpec, twin_runner
 from bufsize.topologies import FRAME_BYTES
@@ -37,16 +38,16 @@ def test_start_packets_never_above_the_calibration_buffer_and_small_is_a_packet_
 
 def test_sweep_made_before_the_option_resumes_and_another_start_is_refused(tmp_path):
     spec = SimSweepSpec([10], 1, 10, 10.0, "20", "reno", 1000.0)
-    open_sweep(tmp_path, spec, twin_runner(spec, 1))
+    open_sweep(tmp_path, spec, twin_runner(spec, Where()))
     manifest = tmp_path / "manifest.json"
     old = json.loads(manifest.read_text())
     for key in ("start_buffer", "delayed_ack"):
         del old["spec"][key]
     manifest.write_text(json.dumps(old))
-    open_sweep(tmp_path, spec, twin_runner(spec, 1))  # resumes: the missing keys read as the defaults they ran with
+    open_sweep(tmp_path, spec, twin_runner(spec, Where()))  # resumes: missing keys read as the defaults they ran with
     spec.start_buffer = "small"
     with pytest.raises(UsageError, match="start_buffer"):
-        open_sweep(tmp_path, spec, twin_runner(spec, 1))
+        open_sweep(tmp_path, spec, twin_runner(spec, Where()))
 
 
 def test_search_started_small_calibrates_at_two_bdp_and_answers_alike():

@@ -28,6 +28,7 @@ from bufsize.cli.options import (
 from bufsize.longlived.presets import DEFAULT_PRESET, preset
 from bufsize.longlived.search import SearchOptions
 from bufsize.longlived.sweep import search_rule
+from bufsize.scaffold.cluster import KINDS, Where
 from bufsize.scaffold.lists import parse_float_list, parse_flow_list
 from bufsize.scaffold.resultdir import check_out_dir, exit_status
 from bufsize.topologies import FRAME_BYTES
@@ -127,8 +128,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_start_buffer_arg(w)
     add_search_args(w)
     w.set_defaults(samples=None, resolution=None, max_samples=None, precision=None, target=None)
-    group(w, SIM).add_argument("--workers", "--jobs", dest="jobs", type=int, help="Dask workers on this machine, one"
-                               " simulation each (default: one per CPU); the sweep prints its live page")  # fmt: skip
+    group(w, SIM).add_argument("--cluster", choices=KINDS, default="local", help="where the points run: local, "
+                               "Dask workers on this machine (default); slurm, each worker a Slurm job of one "
+                               "core, over TLS (docs/cloud.md)")  # fmt: skip
+    group(w, SIM).add_argument("--workers", "--jobs", dest="jobs", type=int, help="Dask workers, one simulation "
+                               "each (default: one per CPU here; with slurm, the most jobs at once, default 8); "
+                               "the sweep prints its live page")  # fmt: skip
+    group(w, SIM).add_argument("--scheduler-host", help="slurm: the address the nodes reach this machine at "
+                               "(default: its fully qualified name)")  # fmt: skip
     group(w, "output").add_argument("--out", help="sweep directory; re-running the same command resumes it"
                                     " (needed but for --print-config)")  # fmt: skip
     add_print_config_arg(w)
@@ -271,13 +278,16 @@ def cmd_sim_sweep(a: argparse.Namespace) -> int:
                         sender_pacing=a.sender_pacing == "on", start_spread_s=a.start_spread_s,
                         attributes=list(a.ns3_attribute))  # fmt: skip
     spec.validate()
-    jobs = a.jobs if a.jobs is not None else default_jobs()
-    check_jobs(jobs)
-    if printed_config(a, {"preset": pre["name"], "spec": spec, "jobs": jobs, "points": spec.points()}):
+    if a.scheduler_host is not None and a.cluster != "slurm":
+        raise UsageError("--scheduler-host: only with --cluster slurm (a local cluster listens on loopback)")
+    where = Where(a.cluster, a.jobs if a.jobs is not None else default_jobs(a.cluster), a.scheduler_host)
+    check_jobs(where.workers)
+    if printed_config(a, {"preset": pre["name"], "spec": spec, "cluster": where, "points": spec.points()}):
         return 0
+    where.check()
     out = sweep_dir(a)
     assert out is not None
-    return swept(a, out, spec, twin_runner(spec, jobs), Display())
+    return swept(a, out, spec, twin_runner(spec, where), Display())
 
 
 def cmd_sim_util_table(a: argparse.Namespace) -> int:

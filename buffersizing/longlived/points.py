@@ -7,8 +7,8 @@ The emulated and the twin's sweeps hand their points to `run_points`, which skip
 ones, runs the rest, writes error.json for a point that failed before saying why itself, reports
 progress with an estimate of what is left, and ends with the count. An emulated point runs in this
 process, one at a time: it needs the whole machine, and its log is the sweep's. A twin point needs
-one core and no root, so `jobs` of them run at once as tasks on a Dask cluster (scaffold/cluster.py),
-each logging to its own directory.
+one core and no root, so several run at once as tasks on a Dask cluster (scaffold/cluster.py: this
+machine's workers or Slurm jobs), each logging to its own directory.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bufsize.scaffold.cluster import Where, place
 from bufsize.scaffold.display import Display
 from bufsize.scaffold.resultdir import read_finished, write_json_atomic
 from bufsize.topologies.safefiles import make_dirs
@@ -119,19 +120,22 @@ def record_error(d: Path, n: int, r: int, e: BaseException) -> None:
         write_json_atomic(d / "error.json", {"flows": n, "run": r, "error": str(e), "type": type(e).__name__})
 
 
-def run_points(sweep: Sweep, task: Task, say: Callable[[str], None], jobs: int = 0) -> dict:
-    """Every point of `sweep` not finished yet, in its order: in this process when `jobs` is 0, else
-    on `jobs` Dask workers. A point's failure is said and recorded, and the sweep goes on."""
+def run_points(sweep: Sweep, task: Task, say: Callable[[str], None], where: Where | None = None) -> dict:
+    """Every point of `sweep` not finished yet, in its order: in this process when `where` is None,
+    else on the Dask workers it names. A point's failure is said and recorded, and the sweep goes on."""
     todo = [p for p in sweep.points if not finished(sweep.out, *p)]
     if len(todo) < len(sweep.points):
         say(f"resuming {sweep.out}: {len(sweep.points) - len(todo)} of {len(sweep.points)} points already "
             "finished, skipped")  # fmt: skip
     progress = Progress(sweep, todo, say)
-    failed = (in_process if jobs == 0 else on_cluster)(sweep, todo, task, progress, jobs)
+    if where is None:
+        failed = in_process(sweep, todo, task, progress)
+    else:
+        failed = on_cluster(sweep, todo, task, progress, where)
     return {"points": len(sweep.points), "finished": progress.closing(), "failed": failed}
 
 
-def in_process(sweep: Sweep, todo: list[tuple[int, int]], task: Task, progress: Progress, _jobs: int) -> list[str]:
+def in_process(sweep: Sweep, todo: list[tuple[int, int]], task: Task, progress: Progress) -> list[str]:
     failed: list[str] = []
     for i, (n, r) in enumerate(todo):
         progress.starting(i, n, r)
@@ -152,6 +156,9 @@ def in_process(sweep: Sweep, todo: list[tuple[int, int]], task: Task, progress: 
 def point_task(task: Task, n: int, r: int, d: Path) -> None:
     """One point on a worker; its outcome is its files (result.json or error.json). A failure is
     recorded, then raised for the engine to report (a dead worker's point the engine runs again)."""
+    if not d.is_dir():  # made by the sweep before the task was sent: this worker does not see it
+        raise RuntimeError(f"{d} is not there on {place()}: a sweep on a cluster needs its directory on "
+                           "storage every node shares")  # fmt: skip
     (d / "error.json").unlink(missing_ok=True)  # last try's; this one writes its own
     try:
         task(n, r, d)
@@ -160,18 +167,19 @@ def point_task(task: Task, n: int, r: int, d: Path) -> None:
         raise
 
 
-def on_cluster(sweep: Sweep, todo: list[tuple[int, int]], task: Task, progress: Progress, workers: int) -> list[str]:
-    """The points as tasks on a Dask LocalCluster of `workers` processes, at most `workers` handed
-    out at a time so each is announced as it starts and the largest go first. A stopped sweep closes
-    the cluster, which ends its workers; a simulator whose worker went reads the end of its input and quits."""
+def on_cluster(sweep: Sweep, todo: list[tuple[int, int]], task: Task, progress: Progress, where: Where) -> list[str]:
+    """The points as tasks on the Dask cluster `where` names, at most one a worker handed out at a
+    time so each is announced as it starts and the largest go first. A stopped sweep closes the
+    cluster, which ends its workers; a simulator whose worker went reads the end of its input and quits."""
     from distributed import as_completed
 
-    from bufsize.scaffold.cluster import dashboard, local_cluster
+    from bufsize.scaffold.cluster import dashboard, open_cluster
 
     failed: list[str] = []
     queue = list(enumerate(todo))
-    with local_cluster(workers) as client:
-        progress.say(f"{workers} Dask workers on this machine; live page: {dashboard(client)}")
+    workers = where.workers
+    with open_cluster(where, sweep.out, len(todo)) as client:
+        progress.say(f"{where.describe()}; live page: {dashboard(client)}")
         running: dict[Any, tuple[int, int, float]] = {}
         done = as_completed()
 

@@ -25,6 +25,7 @@ from bufsize.longlived.points import Sweep, Task, clock, finished, point_dir, ru
 from bufsize.longlived.presets import DEFAULT_PRESET, preset
 from bufsize.longlived.search import FirstGuess, SearchOptions, default_samples, run_search
 from bufsize.monitors.cpu import SAMPLE_STEAL_LIMIT
+from bufsize.scaffold.cluster import Where
 from bufsize.scaffold.lists import parse_flow_list
 from bufsize.scaffold.manifest import machine_manifest
 from bufsize.scaffold.resultdir import check_out_dir, read_finished, write_json_atomic
@@ -326,12 +327,13 @@ def check_same_shaper(manifest: dict, now: str, allow_mixed: bool) -> None:
 class PointRunner:
     """How a sweep's points run on its link: one point's search (its result.json in the point's
     directory, or raise), what the manifest records of the machine, the check before resuming, the
-    estimate of a point's time (None: none), and how many at once (0: one at a time in this process)."""
+    estimate of a point's time (None: none), and where they run (None: one at a time in this process;
+    else on the Dask cluster it names)."""
 
     search: Task
     machine: Callable[[], dict]
     intro: str
-    workers: int = 0
+    where: Where | None = None
     resumed: Callable[[dict], None] = lambda manifest: None
     estimate: Callable[[int], float] | None = None
 
@@ -363,9 +365,9 @@ def run_sweep(
     open_sweep(out, spec, runner)
     say(runner.intro)
     points = [p for p in spec.points() if only is None or p in only]
-    if runner.workers:
+    if runner.where is not None:
         points.sort(key=lambda p: (-p[0], p[1]))
-    return run_points(Sweep(out, points, spec.runs, runner.estimate, spec.run_name), runner.search, say, runner.workers)
+    return run_points(Sweep(out, points, spec.runs, runner.estimate, spec.run_name), runner.search, say, runner.where)
 
 
 def emulated_runner(

@@ -18,6 +18,7 @@ from typing import ClassVar
 
 from bufsize.longlived.search import SearchOptions
 from bufsize.longlived.sweep import PointRunner
+from bufsize.scaffold.cluster import Where, place
 from bufsize.sim.search import check_start_buffer, run_sim_search, simulator_manifest, validate
 from bufsize.topologies.config import parse_rtts
 from bufsize.topologies.errors import UsageError
@@ -86,23 +87,28 @@ def check_jobs(jobs: int) -> None:
         raise UsageError(f"--workers (--jobs) {jobs}: must be from 1 to 64")
 
 
-def default_jobs() -> int:
-    return max(1, len(os.sched_getaffinity(0)))
+SLURM_JOBS = 8  # a modest share of a cluster; --workers asks for more
 
 
-def twin_runner(spec: SimSweepSpec, jobs: int) -> PointRunner:
-    """A twin sweep's points: `jobs` at a time on Dask workers, each point's progress in its own
-    search.log (the sweep's display says which are running and how each ended)."""
-    check_jobs(jobs)
+def default_jobs(cluster: str = "local") -> int:
+    return SLURM_JOBS if cluster == "slurm" else max(1, len(os.sched_getaffinity(0)))
+
+
+def twin_runner(spec: SimSweepSpec, where: Where) -> PointRunner:
+    """A twin sweep's points on the Dask workers `where` names, each point's progress in its own
+    search.log, which begins with where it ran (the sweep's display says which are running and how
+    each ended)."""
+    check_jobs(where.workers)
 
     def search(n: int, seed: int, d: Path) -> None:
         with open_new(d / "search.log") as log:
+            print(f"point N={n} seed {seed} on {place()}", file=log, flush=True)
             run_sim_search(spec.config(n, seed), spec.options(n), d, say=lambda s: print(s, file=log, flush=True),
                            start_buffer=spec.start_buffer)  # fmt: skip
 
     return PointRunner(
         search,
         lambda: simulator_manifest(spec.config(spec.flows[0], 1)),
-        f"twin sweep, {jobs} at a time; each point's progress is in its search.log",
-        workers=jobs,
+        f"twin sweep on {where.describe()}; each point's progress is in its search.log",
+        where=where,
     )
