@@ -89,7 +89,7 @@ def test_plot_out_draws_elsewhere_and_the_committed_results_stay_as_they_are(tmp
                          timeout=120)  # fmt: skip
     assert res.returncode == 0, res.stderr
     wrote = {Path(p).name for p in json.loads(res.stdout)["wrote"]}
-    assert wrote == {"figure.png", "figure.pdf", "table.csv", "table.md", "curves.png"}
+    assert wrote == {"figure.png", "figure.pdf", "table.csv", "table.md", "curves.png", "curves.csv"}
     assert all(Path(p).parent == out for p in json.loads(res.stdout)["wrote"])
     assert (out / "table.md").read_bytes() == (sweep / "table.md").read_bytes()  # the same table, elsewhere
     assert digest(sweep) == before

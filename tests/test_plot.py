@@ -273,5 +273,39 @@ def test_curves_pool_every_probe_and_draw_flagged_runs_apart(tmp_path):
         d.mkdir()
         (d / "result.json").write_text(json.dumps(r))
     names = sorted(p.name for p in make_report(tmp_path))
-    assert names == ["curves.png", "figure.pdf", "figure.png", "table.csv", "table.md"]
+    assert names == ["curves.csv", "curves.png", "figure.pdf", "figure.png", "table.csv", "table.md"]
     assert (tmp_path / "curves.png").stat().st_size > 5000
+    with open(tmp_path / "curves.csv") as f:
+        drawn = list(csv.DictReader(f))
+    # What the figure drew, as numbers: the valid runs' three buffers with their fit, the flagged run's
+    # one without (its probes are drawn apart and not fitted).
+    assert [(r["valid"], r["buffer_packets"], r["samples"]) for r in drawn] == [
+        ("True", "20.0", "6"), ("True", "30.0", "3"), ("True", "40.0", "3"), ("False", "60.0", "3")]  # fmt: skip
+    assert all(float(r["fit_low"]) <= float(r["fit"]) <= float(r["fit_high"]) for r in drawn[:3])
+    assert drawn[3]["fit"] == ""
+
+
+def test_the_fitted_curve_never_falls_holds_its_band_and_each_runs_range_is_read_or_recomputed():
+    from bufsize.longlived.conditioning import conditioning
+    from bufsize.longlived.curves import fit, isotonic, ranges
+    from bufsize.longlived.median_search import Probe
+
+    # Pool adjacent violators: a dip is pooled with its neighbour, weighted by samples.
+    assert isotonic([0.9, 0.95, 0.93, 0.99], [1, 1, 1, 1]) == pytest.approx([0.9, 0.94, 0.94, 0.99])
+    assert isotonic([0.95, 0.93], [3, 1]) == pytest.approx([0.945, 0.945])
+    assert isotonic([0.9, 0.92], [1, 1]) == [0.9, 0.92]
+    pooled = {10.0: [0.90, 0.92, 0.91], 20.0: [0.97, 0.95, 0.96], 30.0: [0.955, 0.96, 0.95], 40.0: [0.99, 0.995]}
+    rows = fit(pooled)
+    assert [b for b, *_ in rows] == [10.0, 20.0, 30.0, 40.0]
+    fitted = [f for _, f, _, _ in rows]
+    assert fitted == sorted(fitted) and fitted[1] == fitted[2] == pytest.approx(0.9575)  # 0.96 and 0.955 pooled
+    assert all(lo <= f <= hi for _, f, lo, hi in rows) and rows[0][3] - rows[0][2] > 0.005  # a band, not a line
+    assert fit(pooled) == rows  # seeded: the same sweep draws the same band
+    # A result that records its range gives it; one written before the field gets it from its probes.
+    probes = [Probe(30, [0.98, 0.985, 0.99], 0.985, False, False, False, 0.0),
+              Probe(60, [0.988, 0.992, 0.991], 0.991, True, False, False, 0.0),
+              Probe(90, [0.997, 0.998, 0.999], 0.998, True, False, False, 0.0)]  # fmt: skip
+    old = result(10, 60) | {"probes": [p.__dict__ for p in probes], "options": {"precision": 0.1, "level": 0.9}}
+    recorded = result(10, 40) | {"conditioning": {"range_packets": [35, 45]}}
+    expected = conditioning(probes, 0.99, 60, 0.1, 0.9)["range_packets"]
+    assert ranges([old, recorded, result(20, 9)], 10) == [tuple(float(x) for x in expected), (35.0, 45.0)]
