@@ -75,6 +75,7 @@ def row(d: Path, r: dict) -> dict:
         "failed": [k for k, v in r["flags"].items() if v is False],
         "cautions": [c.get("check") for c in r.get("cautions") or []],
         "duty_got": h.get("duty_got"),
+        "foreign": ((r.get("monitors") or {}).get("cpu") or {}).get("foreign", {}).get("share"),
         "wall_s": r["wall_seconds"],
     }
 
@@ -88,16 +89,19 @@ def table(rows: dict[str, list[dict]], common: list[str], rounds: int) -> list[s
         f"{PERIOD_S * 1e3:g} ms. Moved: the answer's distance from the unloaded median ({base:g} packets), in "
         "packets and as a ratio.",
         "",
-        "| level | duty got | answers | moved (ratio) | valid | flagged (failed checks) | cautioned | wall (s) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| level | duty got | other programs' CPU share | answers | moved (ratio) | valid | flagged (failed checks) "
+        "| cautioned | wall (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, rs in rows.items():
         duties = [r["duty_got"] for r in rs if r["duty_got"] is not None]
         moved = [f"{r['answer'] - base:+g} ({r['answer'] / base:.2f})" for r in rs]
         flagged = [", ".join(r["failed"]) for r in rs if not r["valid"]]
         cautioned = [", ".join(r["cautions"]) for r in rs if r["cautions"]]
+        foreign = ", ".join("-" if r.get("foreign") is None else f"{r['foreign']:.3f}" for r in rs)
         lines.append(
-            f"| {name} | {', '.join(f'{x:.3f}' for x in duties) or '-'} | {', '.join(str(r['answer']) for r in rs)} | "
+            f"| {name} | {', '.join(f'{x:.3f}' for x in duties) or '-'} | {foreign} | "
+            f"{', '.join(str(r['answer']) for r in rs)} | "
             f"{'; '.join(moved)} | {sum(r['valid'] for r in rs)}/{len(rs)} | {len(flagged)}"
             f"{' (' + '; '.join(flagged) + ')' if flagged else ''} | {len(cautioned)}"
             f"{' (' + '; '.join(cautioned) + ')' if cautioned else ''} | "

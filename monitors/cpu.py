@@ -26,6 +26,13 @@ STEAL_LIMIT = 0.01
 SAMPLE_STEAL_LIMIT = 0.005
 
 
+# Past this share of all cores' time taken by processes outside the run (not the run's process or its
+# descendants, not kernel threads), a result is cautioned. The idle share cannot tell the run's own
+# load (hundreds of flows keep a small machine busy) from another program's; this can. The limit lies
+# below the loads under which answers moved (docs/lab/constants.md#foreign_limit).
+FOREIGN_LIMIT = 0.05
+
+
 def steal_note(cpu: dict) -> str:
     """', hypervisor steal 5.1%' for a measurement's CPU shares (CpuShare.to_dict) past STEAL_LIMIT."""
     steal = cpu.get("steal", 0.0)
@@ -65,6 +72,54 @@ class CpuMonitor(Monitor[CpuShare]):
 
     def _end(self) -> CpuShare:
         return share_between(self.t0, psutil.cpu_times())
+
+
+class ForeignCpu:
+    """The CPU time processes outside the run took between its construction and `result()`, as a
+    share of all cores' time, and the processes that took most.
+
+    Outside the run: not this process or a descendant of it (the run's helpers, iperf, its delay
+    line) and not a kernel thread (the kernel's network work is the run's). A process that began and
+    ended in between is not seen; one that ended is counted to its last reading. Two passes over
+    /proc, one at each end (tens of milliseconds with hundreds of processes), none in between."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+        self.before = others(family())
+
+    def result(self) -> dict:
+        wall = time.monotonic() - self.t0
+        after = others(family())
+        took: dict[int, tuple[str, float]] = {}
+        for pid, (name, start, cpu_s) in after.items():
+            then = self.before.get(pid)
+            took[pid] = (name, cpu_s - then[2] if then is not None and then[1] == start else cpu_s)
+        total = sum(c for _, c in took.values())
+        top = sorted(((c, n, pid) for pid, (n, c) in took.items() if c > 0), reverse=True)[:3]
+        cores = psutil.cpu_count() or 1
+        return {
+            "share": round(total / (wall * cores), 4) if wall > 0 else None,
+            "top": [{"name": n, "pid": pid, "cpu_s": round(c, 2)} for c, n, pid in top],
+        }
+
+
+def family() -> set[int]:
+    me = psutil.Process()
+    return {me.pid, *(c.pid for c in me.children(recursive=True))}
+
+
+def others(skip: set[int]) -> dict[int, tuple[str, float, float]]:
+    """(name, start time, user + system seconds) of every process outside `skip` that is not a kernel thread."""
+    found = {}
+    for p in psutil.process_iter(["name", "ppid", "create_time", "cpu_times"]):
+        info = p.info
+        if p.pid in skip or p.pid == KTHREADD or info["ppid"] == KTHREADD or info["cpu_times"] is None:
+            continue
+        found[p.pid] = (info["name"] or "?", info["create_time"], info["cpu_times"].user + info["cpu_times"].system)
+    return found
+
+
+KTHREADD = 2  # the kernel threads' parent
 
 
 # The load steal_under_wakeups puts on each core for argv[1] seconds: WAKE_BUSY_S busy, then a

@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 
 from bufsize.monitors.base import Monitor
-from bufsize.monitors.cpu import share_between
+from bufsize.monitors.cpu import ForeignCpu, share_between
 from bufsize.monitors.cwnd import CwndTrace, CwndUnavailable, trace_duty
 from bufsize.topologies.bottleneck import Bottleneck
 from bufsize.topologies.ledger import RunState
@@ -48,6 +48,7 @@ class Recording:
     thread_cpu_s: float = 0.0
     wall_s: float = 0.0
     error: str = ""
+    foreign: dict | None = None  # ForeignCpu.result() over the recording: CPU of processes outside the run
 
 
 def _core_shares(a: list, b: list) -> list[tuple[float, float, float, float]]:
@@ -88,6 +89,7 @@ class Recorder(Monitor[Recording]):
         self._thread = threading.Thread(target=self._run, name="bsz-recorder", daemon=True)
 
     def _begin(self) -> None:
+        self.foreign = ForeignCpu()
         self._thread.start()
 
     def _end(self) -> Recording:
@@ -95,6 +97,10 @@ class Recorder(Monitor[Recording]):
         if self._thread.is_alive():
             self._thread.join(timeout=10)
         self.reader.close()
+        try:
+            self.rec.foreign = self.foreign.result()
+        except psutil.Error as e:  # /proc unreadable: the result says so, no caution either way
+            self.rec.foreign = {"share": None, "top": [], "error": str(e)}
         return self.rec
 
     def _run(self) -> None:
@@ -224,6 +230,8 @@ def summary(rec: Recording) -> dict:
             "mean_steal_share": round(statistics.fmean(r[5] for r in rec.cpu), 3),
             "max_steal_share_per_core_second": round(max(r[5] for r in rec.cpu), 3),
         }
+    if rec.foreign is not None:
+        out.setdefault("cpu", {})["foreign"] = rec.foreign
     return out
 
 

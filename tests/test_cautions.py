@@ -3,12 +3,15 @@ turning a valid result into a flagged one (no root: the monitor summary is built
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import psutil
 
 from bufsize.longlived.measure import format_measure
-from bufsize.monitors.cpu import steal_since_boot, steal_under_wakeups
+from bufsize.monitors.cpu import FOREIGN_LIMIT, ForeignCpu, steal_since_boot, steal_under_wakeups
 from bufsize.scaffold.cautions import FINDINGS, MAX_STEAL_SHARE, cautions, describe, idle_report, steal_report
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,6 +50,49 @@ def test_little_idle_cpu_is_a_caution_not_a_flag():
     assert [x["check"] for x in both] == ["hypervisor_steal", "cpu_idle"]
     assert "cpu_idle, hypervisor_steal" in table_note(checks={x["check"] for x in both})
     assert "hypervisor took over 1%" in table_note() == table_note(checks={"hypervisor_steal"})
+
+
+def test_other_programs_cpu_past_the_limit_is_a_caution_naming_them():
+    top = [{"name": "hog", "pid": 4242, "cpu_s": 23.6}]
+    (c,) = cautions({"cpu": {"mean_steal_share": 0.0, "foreign": {"share": 0.252, "top": top}}})
+    assert c["check"] == "foreign_cpu" and c["value"] == 0.252 and c["limit"] == FOREIGN_LIMIT
+    assert "hog (pid 4242, 23.6 s)" in c["why"]
+    assert describe([c]).startswith("CAUTION: other programs took 25.2% of the CPUs (over 5%)")
+    for quiet in ({"share": FOREIGN_LIMIT, "top": []}, {"share": None, "top": [], "error": "denied"}):
+        assert cautions({"cpu": {"foreign": quiet}}) == []
+
+
+# Busy until argv[2] seconds have passed, its PID written to argv[1] first.
+BUSY = (
+    "import os, sys, time\n"
+    "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+    "end = time.monotonic() + float(sys.argv[2])\n"
+    "while time.monotonic() < end:\n"
+    "    pass\n"
+)
+
+
+def test_foreign_cpu_counts_a_program_outside_the_run_and_not_the_runs_own(tmp_path):
+    """A busy process that is not the run's (started through setsid -f, so its parent is gone) is
+    counted, by name and PID; a busy child of the run's process is not. Both end by themselves."""
+    own = subprocess.Popen([sys.executable, "-c", BUSY, str(tmp_path / "own.pid"), "2.5"])
+    subprocess.run(["setsid", "-f", sys.executable, "-c", BUSY, str(tmp_path / "other.pid"), "2.5"], check=True)
+    try:
+        deadline = time.monotonic() + 10
+        written = tmp_path / "other.pid"
+        while not (written.exists() and written.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        other = int(written.read_text())
+        watch = ForeignCpu()
+        time.sleep(1.5)
+        got = watch.result()
+    finally:
+        own.wait(timeout=30)
+    seen = {t["pid"]: t for t in got["top"]}
+    assert other in seen and seen[other]["cpu_s"] >= 0.3, got  # busy for 1.5 s, even when it shares a core
+    assert own.pid not in seen, got
+    assert got["share"] >= seen[other]["cpu_s"] / (1.6 * (psutil.cpu_count() or 1)), got
+    psutil.wait_procs([p for p in psutil.process_iter() if p.pid == other], timeout=10)
 
 
 def test_the_findings_anchor_exists():

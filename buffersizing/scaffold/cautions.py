@@ -2,7 +2,8 @@
 
 A validity flag says, from what was measured, that the emulation did what it was asked (the link's
 rate, pacing and lag, the flows). A caution says a proxy of the machine around it was out of range:
-the hypervisor took CPU (answers have moved with it while every flag passed), or the cores were
+the hypervisor took CPU (answers have moved with it while every flag passed), other programs took
+CPU (their load moved answers by slowing the senders while the link kept time), or the cores were
 nearly never idle (the emulation's timers may then run late; whether they did is what the link's
 own flags measure). The result stays valid (its exit status too) and says so beside the answer, in
 result.json's `cautions` and in the line the command prints, so that whoever reads the number also
@@ -11,7 +12,7 @@ reads this.
 
 from __future__ import annotations
 
-from bufsize.monitors.cpu import MIN_IDLE, STEAL_LIMIT, WAKES_PER_S
+from bufsize.monitors.cpu import FOREIGN_LIMIT, MIN_IDLE, STEAL_LIMIT, WAKES_PER_S
 from bufsize.topologies.dumbbell import HALT_POLL_NS
 
 # The mean share of all CPU time the hypervisor took over the run past which a result is cautioned:
@@ -33,6 +34,16 @@ def cautions(monitors: dict, cpu_idle_min: float | None = None) -> list[dict]:
             "why": f"the hypervisor took this share of the CPUs; answers have moved with it while every "
             f"check passed ({FINDINGS})",
         })  # fmt: skip
+    foreign = (monitors.get("cpu") or {}).get("foreign") or {}
+    if foreign.get("share") is not None and foreign["share"] > FOREIGN_LIMIT:
+        names = ", ".join(f"{t['name']} (pid {t['pid']}, {t['cpu_s']:g} s)" for t in foreign.get("top") or [])
+        found.append({
+            "check": "foreign_cpu",
+            "value": foreign["share"],
+            "limit": FOREIGN_LIMIT,
+            "why": f"processes outside the run took this share of all cores while it ran ({names}); "
+            "answers have moved under such a load while the link's checks passed",
+        })  # fmt: skip
     if cpu_idle_min is not None and cpu_idle_min < MIN_IDLE:
         found.append({
             "check": "cpu_idle",
@@ -46,14 +57,18 @@ def cautions(monitors: dict, cpu_idle_min: float | None = None) -> list[dict]:
 
 def describe(found: list[dict]) -> str:
     """One clause per caution, for the line a command prints; empty when there is none."""
-    return "; ".join(
-        f"CAUTION: the hypervisor took {c['value']:.1%} of the CPUs (over {c['limit']:.0%}), a state in "
-        f"which answers have moved; repeat on a quieter machine ({FINDINGS})"
-        if c["check"] == "hypervisor_steal"
-        else f"CAUTION: the CPUs were at least {c['value']:.0%} idle (under {c['limit']:.0%}); the link's own "
-        "checks passed, repeat on a quieter machine if the answer matters"
-        for c in found
-    )
+    return "; ".join(clause(c) for c in found)
+
+
+def clause(c: dict) -> str:
+    if c["check"] == "hypervisor_steal":
+        return (f"CAUTION: the hypervisor took {c['value']:.1%} of the CPUs (over {c['limit']:.0%}), a state in "
+                f"which answers have moved; repeat on a quieter machine ({FINDINGS})")  # fmt: skip
+    if c["check"] == "foreign_cpu":
+        return (f"CAUTION: other programs took {c['value']:.1%} of the CPUs (over {c['limit']:.0%}); answers have "
+                "moved under such a load while the link's checks passed (the result's cautions name them)")  # fmt: skip
+    return (f"CAUTION: the CPUs were at least {c['value']:.0%} idle (under {c['limit']:.0%}); the link's own "
+            "checks passed, repeat on a quieter machine if the answer matters")  # fmt: skip
 
 
 def table_note(names: list[str] | None = None, checks: set[str] | None = None) -> str:
