@@ -576,6 +576,17 @@ def test_an_estimate_outside_the_lines_interval_widens_the_reported_one_to_the_b
     assert search._precision_result(tight, converged=True).uncertain_interval_packets == (28, 32)
 
 
+def test_an_interval_reaching_past_the_searchs_top_ends_there() -> None:
+    """A slope barely clear of its error puts the line's end far past anything probed (a search printed
+    9.2..30245894464883044.0) or past float's range: the interval reported, and printed, ends at the top."""
+    far = Crossing(12.3, 9.2, 3.0e16, 0.9, 0.01, 0.004, (9, 12, 15), (9, 15))
+    assert far.interval(898) == (9.2, 898)
+    assert Crossing(12.3, 9.2, math.inf, 0.9, 0.01, 0.004, (9, 12, 15), (9, 15)).interval(898) == (9.2, 898)
+    assert far.interval() == (9.2, 3.0e16)  # no top given: the line's own
+    search = MedianSearch(lambda b, n: [], target=0.99, hi_packets=898, precision=0.2)
+    assert search._precision_result(far, converged=False).uncertain_interval_packets[1] <= 898
+
+
 @pytest.mark.parametrize("guess", [15, 20, 35])
 def test_a_failing_first_guess_is_doubled_not_bisected_toward_the_top(guess: int) -> None:
     """From a failing guess the next probe is twice it (a cc rule or the sweep's last answer is

@@ -73,9 +73,10 @@ class Crossing:
         """The interval to report: the line's, holding the estimate too. An estimate is held inside the
         medians' bracket, so it can lie outside the line's interval when the line crosses beyond the
         bracket; the medians then say the crossing lies within the bracket and the line says outside,
-        and the interval reaches the bracket's other end to cover both. `top`: where an unbounded
-        interval ends (the search's top buffer)."""
-        high = self.high if math.isfinite(self.high) else top
+        and the interval reaches the bracket's other end to cover both. `top`: where an interval that
+        reaches past it ends (the search's top buffer: a slope barely clear of its error puts the
+        line's end far beyond anything probed, even past float's range)."""
+        high = min(self.high, top)
         low, high = min(self.low, self.packets), max(high, self.packets)
         if self.packets < self.low:
             low = min(low, self.bracket[0])

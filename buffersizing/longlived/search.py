@@ -401,7 +401,7 @@ def median_search(
         q = last.queue if last else {}
         backlog = f", queue mean {q['mean_packets']:.0f} max {q['max_packets']}" if "mean_packets" in q else ""
         c = search.crossing() if search and opts.precision else None
-        low, high = c.interval() if c else (0.0, 0.0)
+        low, high = c.interval(search.hi_packets) if c and search else (0.0, 0.0)
         where = f"; crossing {c.packets:.1f} ({low:.1f}..{high:.1f})" if c else ""
         noted = prober.link.probe_note(last) if last else ""
         aside, aside_before[0] = prober.set_aside - aside_before[0], prober.set_aside
