@@ -79,8 +79,8 @@ class ForeignCpu:
     share of all cores' time, and the processes that took most.
 
     Outside the run: not this process or a descendant of it (the run's helpers, iperf, its delay
-    line) and not a kernel thread (the kernel's network work is the run's). A process that began and
-    ended in between is not seen; one that ended is counted to its last reading. Two passes over
+    line) and not a kernel thread (the kernel's network work is the run's). A process that ended
+    before `result()` is not counted (its last reading is gone with it). Two passes over
     /proc, one at each end (tens of milliseconds with hundreds of processes), none in between."""
 
     def __init__(self) -> None:

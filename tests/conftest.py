@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -175,6 +177,18 @@ def ovs():
         for br in set(run("ovs-vsctl", "list-br").stdout.split()) - before:
             run("ovs-vsctl", "--if-exists", "del-br", br)
         run(OVS_CTL, "stop")
+
+
+@contextlib.contextmanager
+def killed_if_left(proc: subprocess.Popen) -> Iterator[subprocess.Popen]:
+    """A command a test started, killed (ours, by PID) and reaped if it is still running when the
+    test's block ends, failed or not."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 def bufsize(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess[str]:

@@ -15,7 +15,7 @@ import time
 
 import psutil
 import pytest
-from conftest import BUFSIZE
+from conftest import BUFSIZE, killed_if_left
 from slurmnode import jobs, missing, single_node_slurm
 
 from bufsize.scaffold.cluster import Where, open_cluster, place
@@ -110,18 +110,14 @@ def test_a_cancelled_jobs_point_runs_again_in_another_job_and_is_merged_once(slu
     """scancel of the job running a point, part-way through its search: the point runs again on the
     job that remains (dask-jobqueue does not replace a job), and the sweep reports each point once."""
     out = tmp_path / "sweep"
-    sweep = subprocess.Popen(twin_sweep(out, "40,30", 2, ["--cc", "reno"]), stderr=subprocess.PIPE, text=True,
-                             env=slurm)  # fmt: skip
-    try:
+    started = subprocess.Popen(twin_sweep(out, "40,30", 2, ["--cc", "reno"]), stderr=subprocess.PIPE, text=True,
+                               env=slurm)  # fmt: skip
+    with killed_if_left(started) as sweep:
         victim = simulating(slurm["SLURM_CONF"], 2)[0]
         job = victim.environ()["SLURM_JOB_ID"]
         time.sleep(1)
         subprocess.run(["scancel", job], env=slurm, check=True)
         _, err = sweep.communicate(timeout=300)
-    finally:
-        if sweep.poll() is None:
-            sweep.kill()
-            sweep.communicate()
     assert sweep.returncode == 0, err
     reran = 0
     for n in (40, 30):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import BUFSIZE
+from conftest import BUFSIZE, killed_if_left
 
 from bufsize.longlived.search import SearchOptions
 from bufsize.sim.search import run_sim_search
@@ -302,8 +302,7 @@ def test_stopped_sim_sweep_leaves_no_process_behind(tmp_path):
     """SIGTERM to `bufsize sim sweep` ends its point processes and their simulators (all ours, by PID),
     and the points it stopped are not counted as finished: a re-run tries them again."""
     out = tmp_path / "sweep"
-    sweep = start_two_point_sweep(out)
-    try:
+    with killed_if_left(start_two_point_sweep(out)) as sweep:
         both_simulating(sweep)
         family = psutil.Process(sweep.pid).children(recursive=True)
         sweep.send_signal(signal.SIGTERM)
@@ -311,10 +310,6 @@ def test_stopped_sim_sweep_leaves_no_process_behind(tmp_path):
         gone, alive = psutil.wait_procs(family, timeout=30)
         assert not alive, alive
         assert not any((out / d / "result.json").exists() for d in ("n0200-run1", "n0100-run1"))
-    finally:
-        if sweep.poll() is None:
-            sweep.kill()
-            sweep.communicate()
 
 
 def test_a_point_whose_worker_is_killed_runs_again_and_is_merged_once(tmp_path):
@@ -322,17 +317,12 @@ def test_a_point_whose_worker_is_killed_runs_again_and_is_merged_once(tmp_path):
     point again on a worker, the sweep finishes both points, reports each once, and the killed
     worker's simulator, reading the end of its input, is gone."""
     out = tmp_path / "sweep"
-    sweep = start_two_point_sweep(out)
-    try:
+    with killed_if_left(start_two_point_sweep(out)) as sweep:
         helpers = both_simulating(sweep)
         time.sleep(1)
         victim = helpers[0]
         victim.parent().kill()  # the worker process, ours (a grandchild of the sweep), by PID
         _, err = sweep.communicate(timeout=300)
-    finally:
-        if sweep.poll() is None:
-            sweep.kill()
-            sweep.communicate()
     assert sweep.returncode == 0, err
     for n in (200, 100):
         result = json.loads((out / f"n{n:04d}-run1" / "result.json").read_text())

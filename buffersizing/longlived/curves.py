@@ -38,8 +38,13 @@ SEED = 1  # the bootstrap's, so the same sweep draws the same band
 def curve(results: Sequence[dict], flows: int, valid: bool) -> list[tuple[float, float, float, float]]:
     """(buffer packets, median, low, high) at each buffer probed at N = `flows` by the runs whose
     validity is `valid`, samples pooled over those runs."""
+    return medians(pooled_samples(results, flows, valid))
+
+
+def medians(pooled: dict[float, list[float]]) -> list[tuple[float, float, float, float]]:
+    """(buffer, median, 10th and 90th percentile) of each buffer's samples."""
     rows = []
-    for buffer, samples in pooled_samples(results, flows, valid).items():
+    for buffer, samples in pooled.items():
         deciles = statistics.quantiles(samples, n=10, method="inclusive") if len(samples) > 1 else [samples[0]] * 9
         rows.append((buffer, statistics.median(samples), deciles[0], deciles[-1]))
     return rows
@@ -136,21 +141,18 @@ def plot_curves(
     fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 5.5), sharey=True, squeeze=False)
     table: list[dict] = []
     for ax, (label, results) in zip(axes[0], panels, strict=True):
+        drew_ranges = False
         for i, n in enumerate(ns):
             table += draw_n(ax, results, n, colours[n], label)
-            lows_highs = ranges(results, n)
-            if (
-                lows_highs
-            ):  # a strip along the panel's foot, one row per N; a tick at each end shows a range of one buffer
-                y = 0.03 + 0.025 * i
-                for lo, hi in lows_highs:
-                    ax.plot([lo, hi], [y, y], "|-", color=colours[n], linewidth=2.5, markersize=7, alpha=0.45,
-                            transform=ax.get_xaxis_transform())  # fmt: skip
+            # A strip along the panel's foot, one row per N; a tick at each end shows a range of one buffer.
+            for lo, hi in ranges(results, n):
+                drew_ranges = True
+                ax.plot([lo, hi], [0.03 + 0.025 * i] * 2, "|-", color=colours[n], linewidth=2.5, markersize=7,
+                        alpha=0.45, transform=ax.get_xaxis_transform())  # fmt: skip
         for t in {r.get("target") for r in results if r.get("target") is not None}:
             ax.axhline(t, color="0.3", linestyle="--", linewidth=0.8)
         ax.set_xscale("log")
-        ax.set_xlabel("buffer (packets)" + ("; bars at the foot: each run's conditioning range" if any(
-            ranges(results, n) for n in ns) else ""))  # fmt: skip
+        ax.set_xlabel("buffer (packets)" + ("; bars at the foot: each run's conditioning range" if drew_ranges else ""))
         ax.set_title(label, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8, loc="center right")
@@ -177,7 +179,7 @@ def draw_n(ax: Any, results: Sequence[dict], n: int, colour: Any, label: str) ->
         pooled = pooled_samples(results, n, valid)
         if not pooled:
             continue
-        drawn = curve(results, n, valid)
+        drawn = medians(pooled)
         x, med, lo, hi = (list(c) for c in zip(*drawn, strict=True))
         # Never below 0: interpolated deciles of equal samples can miss the median by a rounding.
         bars = [[max(0.0, m - a) for m, a in zip(med, lo, strict=True)],
