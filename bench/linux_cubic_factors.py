@@ -2,8 +2,8 @@
 (bench/twin_cubic_factors.py). Each row turns one part of the kernel's tcp_cubic off through its
 module parameters (/sys/module/tcp_cubic/parameters): HyStart, fast convergence, the TCP-friendly
 region. The link and rule are the published figures' (`--preset full`: 62.5 Mb/s, 87 ms, the
-precision rule at +-10 %), N = 10, so that each row compares with the committed full sweep's
-emulated answers at the same N and with the twin's table.
+precision rule at +-10 %), N = 10 by default (`--flows`), so that each row compares with the
+committed full sweep's emulated answers at the same N and with the twin's table.
 
 The parameters are the whole machine's: each is set just before its search and put back as it was
 right after, also when the bench is stopped (Ctrl-C or SIGTERM). Rows alternate round by round so
@@ -33,7 +33,10 @@ FACTORS: list[tuple[str, str, dict[str, str]]] = [
     ("no-fast-convergence", "fast convergence off", {"fast_convergence": "0"}),
     ("no-tcp-friendliness", "TCP-friendly region off", {"tcp_friendliness": "0"}),
 ]
-SEARCH = ["--preset", "full", "--flows", "10", "--cc", "cubic"]
+
+
+def search_args(flows: int) -> list[str]:
+    return ["--preset", "full", "--flows", str(flows), "--cc", "cubic"]
 
 
 @contextlib.contextmanager
@@ -49,9 +52,9 @@ def cubic_params(values: dict[str, str]) -> Iterator[None]:
             (PARAMS / k).write_text(v)
 
 
-def table(rows: dict[str, list[dict]], t_wall: float) -> list[str]:
+def table(rows: dict[str, list[dict]], t_wall: float, flows: int) -> list[str]:
     lines = [
-        f"# Linux's CUBIC, one part at a time: bufsize search {' '.join(SEARCH)}",
+        f"# Linux's CUBIC, one part at a time: bufsize search {' '.join(search_args(flows))}",
         "",
         "| factor | module parameters | answers (median) | valid | wall a search (s) |",
         "|---|---|---|---|---|",
@@ -73,6 +76,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--flows", type=int, default=10, help="N (default 10; the twin's table has 2 and 10)")
     a = p.parse_args()
     if not PARAMS.is_dir():
         p.error(f"{PARAMS}: no tcp_cubic module parameters on this kernel")
@@ -84,8 +88,8 @@ def main() -> int:
         for key, _, values in FACTORS:
             print(f"[linux_cubic_factors] round {k}: {key}", file=sys.stderr, flush=True)
             with cubic_params(values):
-                rows[key].append(run_one("search", a.out / f"{key}-{k}", SEARCH))
-    lines = table(rows, time.monotonic() - t0)
+                rows[key].append(run_one("search", a.out / f"{key}-{k}", search_args(a.flows)))
+    lines = table(rows, time.monotonic() - t0, a.flows)
     (a.out / "table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -229,11 +229,17 @@ def test_delayed_acks_release_segments_in_pairs_and_without_them_one_at_a_time()
         (SimConfig(1, float("nan"), [20.0]), 1, "--rate-mbps nan"),
         (SimConfig(1, 10.0, [20.0], access_mbps=5.0), 1, "--access-mbps 5"),
         (SimConfig(1, 10.0, [20.0], seed=0), 1, "--seed 0"),
+        (SimConfig(1, 10.0, [20.0], attributes=("ns3::TcpCubic::Beta=0.7;x",)), 1, "--ns3-attribute"),
+        (SimConfig(1, 10.0, [20.0], attributes=("ns3::A::B=ns3:C",)), 1, "--ns3-attribute"),
     ],
 )
 def test_config_refused_before_a_process_starts(cfg, flows, needle):
     with pytest.raises(UsageError, match=re.escape(needle)):
         SimDumbbell(cfg, flows, 10)
+
+
+def test_an_attribute_may_name_a_type():
+    SimConfig(1, 10.0, [20.0], attributes=("ns3::TcpL4Protocol::RecoveryType=ns3::TcpClassicRecovery",)).validate(1)
 
 
 @pytest.mark.slow  # tens of seconds of simulation: make test, not make fast

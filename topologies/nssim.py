@@ -29,7 +29,8 @@ SIM_RTOS = ("linux", "ns2")
 NS3_WHEEL = "ns3==3.44.post0"
 MAX_SIM_FLOWS = 100_000
 MAX_SIM_HOSTS = 10_000
-ATTRIBUTE = re.compile(r"ns3::[A-Za-z][A-Za-z0-9]*::[A-Za-z][A-Za-z0-9]*=[A-Za-z0-9_.+-]+")
+# A value is a word, or a type name such as ns3::TcpClassicRecovery (the RecoveryType attribute's).
+ATTRIBUTE = re.compile(r"ns3::[A-Za-z][A-Za-z0-9]*::[A-Za-z][A-Za-z0-9]*=[A-Za-z0-9_.+-]+(?:::[A-Za-z0-9_.+-]+)*")
 
 
 def ns3_dir() -> Path:
@@ -121,7 +122,10 @@ class SimConfig:
             raise UsageError(f"--start-spread-s {self.start_spread_s:g}: from 0 to 100 simulated seconds")
         for a in self.attributes:
             if not ATTRIBUTE.fullmatch(a):
-                raise UsageError(f"--ns3-attribute {a!r}: ns3::TYPE::NAME=VALUE, the value letters, digits and ._+-")
+                raise UsageError(
+                    f"--ns3-attribute {a!r}: ns3::TYPE::NAME=VALUE, the value letters, digits and ._+- or a type "
+                    "name (ns3::TYPE)"
+                )
 
     def to_dict(self) -> dict:
         """The fields, with `attributes` only where some were given, so a config that sets none is

@@ -401,7 +401,9 @@ Twin::Twin(const Options& opts)
     // table (dumbbell_routing.h), and the receiver finds a flow's socket by its four-tuple
     // (demux_cache.cc).
     BszSetDemuxCache(o.fastPaths == 1);
-    Config::SetDefault("ns3::Ipv4::StrongEndSystemModel", BooleanValue(o.fastPaths == 1));
+    // Fail-safe: releases before 3.40 have no such attribute (bench/twin_ns3_version.py builds against
+    // one); their routers check every interface, which is the same here, only slower.
+    Config::SetDefaultFailSafe("ns3::Ipv4::StrongEndSystemModel", BooleanValue(o.fastPaths == 1));
     BuildDumbbell();
     if (o.fastPaths == 1)
         AddFastPaths();
