@@ -137,7 +137,7 @@ def measures() -> None:
     for r, (name, _) in enumerate(MEASURES):
         for v, (_, version, _) in enumerate(sims):
             res = [got[(r, v, s)] for s in SEEDS]
-            # A ratio is None where a seed retransmitted nothing: the median of those that did.
+            # None before 3.43, which has no Retransmission trace to count by (nan); else the median.
             med = {
                 k: statistics.median([x["tcp"][k] for x in res if x["tcp"][k] is not None] or [float("nan")])
                 for k in ("timeouts_per_retrans", "recoveries_per_retrans")
