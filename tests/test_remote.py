@@ -4,10 +4,8 @@ in for SSH. The same command against real sshd servers is tests/test_remote_real
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
-import re
 import tarfile
 import threading
 from pathlib import Path
@@ -19,20 +17,16 @@ from fabric.testing.base import Command, MockRemote
 from fabric.testing.base import Session as FabricSession
 from fabric.testing.fixtures import client  # noqa: F401  (Fabric's pytest fixture, used below)
 from paramiko import RejectPolicy
-from paramiko.ssh_exception import NoValidConnectionsError
 
-from bufsize.longlived.sweep import make_spec
 from bufsize.remote import run as rm
 from bufsize.remote.plan import (
     BadPoint,
     Machine,
-    Status,
     assign,
     check_point,
     merge_point,
     parse_machine,
     parse_machines,
-    parse_status,
     sweep_argv,
     sweep_id,
     unpack_point,
@@ -147,18 +141,6 @@ def test_replicate_gives_each_machine_whole_runs_and_moves_those_of_a_machine_no
     assert sorted(p for s in shares.values() for p in s) == sorted(points)
 
 
-def test_status_and_which_finished_points_are_settled():
-    st = parse_status(
-        "alive 1\npoints 2:1,4:1,8:1\ncurrent point 2/3: N=4 run 1\n"
-        "done n0002-run1\ndone n0004-run1\nfailed n0008-run1\nfailed n0004-run1\ndone ../etc\n"
-    )
-    assert st.alive and st.points == [(2, 1), (4, 1), (8, 1)] and st.current == (4, 1)
-    assert st.done == {(2, 1), (4, 1)} and st.failed == {(8, 1)}
-    # N=4 wrote result.json but may still be drawing its plots: not pulled until the worker moves on.
-    assert st.settled() == {(2, 1)}
-    assert Status(alive=False, done={(4, 1)}, current=(4, 1)).settled() == {(4, 1)}
-
-
 def point_tarball(path: Path, members: dict[str, bytes], link: str | None = None) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
@@ -250,11 +232,9 @@ DOCTOR = json.dumps({"kernel": "6.1.0", "problems": [], "congestion_controls": [
                      "qdiscs": {"netem": True}, "delay_backend": "netem"})  # fmt: skip
 
 
-def make_job(tmp_path: Path, spec, out: Path | None = None, give_up_s: float = 60.0) -> rm.Job:
+def make_job(tmp_path: Path, spec, out: Path | None = None) -> rm.Job:
     out = out or tmp_path / "out"
     out.mkdir(exist_ok=True)
-    incoming = out / ".incoming-test"
-    incoming.mkdir()
     tarball = tmp_path / "tree.tar.gz"
     tarball.write_bytes(b"tree")
     known = tmp_path / "known_hosts"
@@ -266,7 +246,7 @@ def make_job(tmp_path: Path, spec, out: Path | None = None, give_up_s: float = 6
         with lock:
             lines.append(s)
 
-    job = rm.Job(spec, COMMIT, tarball, None, known, "/srv/bsz/{machine}", out, incoming, 0.01, give_up_s, say)
+    job = rm.Job(spec, COMMIT, tarball, None, known, "/srv/bsz/{machine}", out, say)
     job.lines = lines  # type: ignore[attr-defined]
     return job
 
@@ -355,114 +335,50 @@ def test_doctor_failing_outright_is_a_clear_error(tmp_path):
     assert r.error == "vm: bufsize doctor failed: bufsize doctor: ip netns add bsz-1-probe: Operation not permitted"
 
 
-def serve_point(tmp_path: Path, name: str, flows: int, host: str = "vm1") -> tuple[bytes, str]:
-    data = point_tarball(tmp_path / f"{name}.tgz", {f"{name}/result.json": result(flows, host=host),
-                                                    f"{name}/samples.csv": b"t,u\n"})  # fmt: skip
-    return data, hashlib.sha256(data).hexdigest()
+class Ended:
+    """What `deliver` reads of a Dask future that ended: its status, and its result or exception."""
+
+    def __init__(self, status: str, value: object = None) -> None:
+        self.status, self.value = status, value
+
+    def result(self) -> object:
+        return self.value
+
+    def exception(self) -> object:
+        return self.value
+
+    def release(self) -> None:
+        pass
 
 
-def feed_gets(session: Session, blobs: list[bytes]) -> None:
-    """The mocked SFTP client's getfo writes the tarballs, in the order they are asked for."""
-    it = iter(blobs)
-    session.sftp.getfo.side_effect = lambda remotepath, fl: fl.write(next(it))
-
-
-def test_two_machines_one_unreachable_the_other_runs_and_merges_every_point(tmp_path, monkeypatch):
+def test_a_point_sent_back_is_checked_merged_once_and_credited_to_its_machine(tmp_path):
     spec = spec_of(*SPEC_ARGS)
     job = make_job(tmp_path, spec)
-    reports = []
-    monkeypatch.setattr("bufsize.longlived.report.make_report", lambda out: reports.append(out) or [])
-    blob2, sha2 = serve_point(tmp_path, "n0002-run1", 2)
-    blob4, sha4 = serve_point(tmp_path, "n0004-run1", 4)
-    manifest = json.dumps({"spec": spec.to_dict(), "machine": {"host": "vm1", "kernel": "6.1.0"}})
-    a_cmds = [
-        *prepare_commands(),
-        Command(out=b"alive 0\npoints \ncurrent \n"),  # first look: nothing there
-        Command(out=b"alive 0\npoints \ncurrent \n"),  # watch
-        Command(out=b"4242\n"),  # start
-        Command(out=b"alive 0\npoints 2:1,4:1\ncurrent point 2/2: N=4 run 1\ndone n0002-run1\ndone n0004-run1\n"),
-        Command(out=f"{sha2}  -\n{len(blob2)}\n".encode()), Command(), Command(out=manifest.encode()),  # pack, rm, ...
-        Command(out=f"{sha4}  -\n{len(blob4)}\n".encode()), Command(),  # pack, rm
-    ]  # fmt: skip
-    with MockRemote(enable_sftp=True) as remote:
-        a = Session(host="10.0.0.1", commands=a_cmds, enable_sftp=True)
-        b = Session(host="10.0.0.2", enable_sftp=True)  # no commands: it never gets as far as one
-        channels = remote.expect_sessions(a, b)
-        b.client.connect.side_effect = NoValidConnectionsError({("10.0.0.2", 22): OSError(113, "No route to host")})
-        feed_gets(a, [blob2, blob4])
-        remotes = [rm.Remote(parse_machine(x), job) for x in ("10.0.0.1", "10.0.0.2")]
-        assert rm.drive(job, remotes, None, 0.0) == 0, job.lines
-        cmds = sent(channels)
-    start = next(c for c in cmds if " sweep " in c)
-    assert "--points 2:1,4:1" in start and "setsid " in start and "--out /srv/bsz/10.0.0.1/sweeps/" in start
-    assert cmds.index(start) > max(i for i, c in enumerate(cmds) if "doctor --json" in c)
-    assert "[10.0.0.2] cannot be used: 10.0.0.2: unreachable" in "\n".join(job.lines)
+    members = {"n0002-run1/result.json": result(2, host="vm1"), "n0002-run1/samples.csv": b"t,u\n"}
+    blob = point_tarball(tmp_path / "p.tgz", members)
+    machine = {"host": "vm1", "kernel": "6.1.0"}
+    sent_back = {"archive": blob, "machine": machine, "worker": "10.0.0.1"}
+    (job.out / "n0002-run1").mkdir()  # made when the point was handed out
+    assert rm.deliver(job, Ended("finished", sent_back), (2, 1)) is None
+    assert sorted(f.name for f in (job.out / "n0002-run1").iterdir()) == ["result.json", "samples.csv"]
     merged = json.loads((job.out / "manifest.json").read_text())
-    assert merged["spec"] == spec.to_dict() and merged["machine"] == {"host": "vm1", "kernel": "6.1.0"}
-    assert merged["remote"]["machines"]["10.0.0.1"]["points"] == ["n0002-run1", "n0004-run1"]
-    assert "10.0.0.2" not in merged["remote"]["machines"]
-    for name in ("n0002-run1", "n0004-run1"):
-        assert (job.out / name / "result.json").exists() and (job.out / name / "samples.csv").exists()
-    assert reports == [job.out]
-
-
-def test_a_machine_lost_part_way_keeps_what_was_merged_and_names_what_was_not(tmp_path, monkeypatch):
-    spec = spec_of(*SPEC_ARGS)
-    job = make_job(tmp_path, spec, give_up_s=0.0)
-    monkeypatch.setattr("bufsize.longlived.report.make_report", lambda out: [])
-    blob2, sha2 = serve_point(tmp_path, "n0002-run1", 2)
-    manifest = json.dumps({"spec": spec.to_dict(), "machine": {"host": "vm1"}})
-    lost = Command()
-    cmds = [
-        *prepare_commands(), Command(out=b"alive 0\n"), Command(out=b"alive 0\n"), Command(out=b"77\n"),
-        Command(out=b"alive 1\npoints 2:1,4:1\ncurrent point 2/2: N=4 run 1\ndone n0002-run1\n"),
-        Command(out=f"{sha2}  -\n{len(blob2)}\n".encode()), Command(), Command(out=manifest.encode()), lost,
-    ]  # fmt: skip
-    with MockRemote(enable_sftp=True) as remote:
-        a = Session(host="10.0.0.1", commands=cmds, enable_sftp=True)
-        channels = remote.expect_sessions(a)
-        channels[-1].exec_command.side_effect = EOFError("connection closed")  # the next status: gone
-        feed_gets(a, [blob2])
-        r = rm.Remote(parse_machine("10.0.0.1"), job)
-        assert rm.drive(job, [r], None, 0.0) == 1
-    text = "\n".join(job.lines)
-    assert "[10.0.0.1] lost: 10.0.0.1: EOFError: connection closed" in text, text
-    assert "its unfinished points: N=4 run 1" in text and "1 point(s) not merged (N=4 run 1)" in text
-    assert (job.out / "n0002-run1" / "result.json").exists() and not (job.out / "n0004-run1").exists()
-
-
-def test_resume_pulls_what_finished_there_and_restarts_only_what_did_not(tmp_path, monkeypatch):
-    spec = make_spec(None, [2, 4, 8], {"runs": 1, "rate_mbps": 20.0, "rtt_ms": "20"}, {})
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "n0002-run1").mkdir()
-    (out / "n0002-run1" / "result.json").write_bytes(result(2))  # merged by an earlier run
-    job = make_job(tmp_path, spec, out=out)
-    monkeypatch.setattr("bufsize.longlived.report.make_report", lambda out: [])
-    blob4, sha4 = serve_point(tmp_path, "n0004-run1", 4)
-    blob8, sha8 = serve_point(tmp_path, "n0008-run1", 8)
-    manifest = json.dumps({"spec": spec.to_dict(), "machine": {"host": "vm1"}})
-    # The worker is gone (a reboot): N=2 and N=4 had finished there, N=8 had not.
-    before = b"alive 0\npoints 2:1,4:1,8:1\ncurrent point 3/3: N=8 run 1\ndone n0002-run1\ndone n0004-run1\n"
-    cmds = [
-        *prepare_commands(), Command(out=before), Command(out=before),
-        Command(out=b"99\n"), Command(out=before.replace(b"alive 0", b"alive 1")),  # start N=8 only, look
-        Command(out=f"{sha4}  -\n{len(blob4)}\n".encode()), Command(), Command(out=manifest.encode()),  # pull N=4
-        Command(out=before + b"done n0008-run1\n"), Command(out=f"{sha8}  -\n{len(blob8)}\n".encode()), Command(),
-    ]  # fmt: skip
-    with MockRemote(enable_sftp=True) as remote:
-        a = Session(host="10.0.0.1", commands=cmds, enable_sftp=True)
-        channels = remote.expect_sessions(a)
-        feed_gets(a, [blob4, blob8])
-        r = rm.Remote(parse_machine("10.0.0.1"), job)
-        rc = rm.drive(job, [r], None, 0.0)
-        got = sent(channels)
-    assert rc == 0, job.lines
-    starts = [c for c in got if " sweep " in c]
-    assert len(starts) == 1 and re.search(r"--points 8:1 ", starts[0]), starts
-    packs = [re.search(r"-czf \S+/pull-(n\d+-run\d+)\.tar\.gz", c).group(1) for c in got if "-czf" in c]
-    assert packs == ["n0004-run1", "n0008-run1"]  # N=2 was merged already: not pulled again
-    assert json.loads((out / "n0002-run1" / "result.json").read_text())["buffer_packets"] == 7
+    assert merged["spec"] == spec.to_dict() and merged["machine"] == machine
+    assert merged["remote"] == {"commit": COMMIT, "machines": {"10.0.0.1": {"machine": machine,
+                                                                            "points": ["n0002-run1"]}}}  # fmt: skip
+    # The same point again (from another machine) is not merged a second time nor credited to it.
+    assert rm.deliver(job, Ended("finished", sent_back | {"worker": "10.0.0.2"}), (2, 1)) is None
+    assert json.loads((job.out / "manifest.json").read_text())["remote"] == merged["remote"]
+    # A point of another commit, or an archive that is not one, is refused with its machine named.
+    other = point_tarball(tmp_path / "o.tgz", {"n0004-run1/result.json": result(4, commit="f" * 40)})
+    why = rm.deliver(job, Ended("finished", sent_back | {"archive": other}), (4, 1))
+    assert why.startswith("not merged: from 10.0.0.1: it was made by commit"), why
+    assert rm.deliver(job, Ended("finished", sent_back | {"archive": b"x"}), (4, 1)).endswith(
+        "does not unpack (not a gzip file)"
+    )
+    assert not (job.out / "n0004-run1").exists() and not list(job.out.glob(".incoming-*"))
+    # A task that raised, or was cancelled when no worker was left, says so.
+    assert rm.deliver(job, Ended("error", RuntimeError("no reno\x1b[2J")), (4, 1)) == "RuntimeError: no reno\\x1b[2J"
+    assert rm.deliver(job, Ended("cancelled"), (4, 1)) == "cancelled: no worker was left to run it"
 
 
 def test_sweep_points_option_takes_only_points_of_the_sweep():

@@ -14,7 +14,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add `remote` to the subcommands of the bufsize parser."""
     r = sub.add_parser(
         "remote",
-        help="run a sweep on other machines over SSH (Fabric), split or replicated, merged into one directory",
+        help="run a sweep on Dask workers on other machines, reached and set up over SSH, merged into one directory",
         allow_abbrev=False,  # --mach must not pass for --machine, nor --host for --hosts (senders per point)
     )
     r.add_argument(
@@ -42,13 +42,6 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help=f"working directory on each machine; {{machine}} is replaced by its label (default {DEFAULT_REMOTE_DIR})",
     )
     r.add_argument("--commit", help="commit to ship (default HEAD; without it, uncommitted changes are refused)")
-    r.add_argument("--poll-s", type=float, default=10.0, help="seconds between looks at each machine (default 10)")
-    r.add_argument(
-        "--give-up-s",
-        type=float,
-        default=600.0,
-        help="stop waiting for a machine that has not answered for this long (default 600); re-run to resume",
-    )
     r.add_argument("--json", action="store_true", help="print the outcome (or with --dry-run the plan) as JSON")
     r.add_argument(
         "--dry-run", action="store_true", help="print who would run which point and for how long; contact nothing"

@@ -8,13 +8,17 @@ ones, runs the rest, writes error.json for a point that failed before saying why
 progress with an estimate of what is left, and ends with the count. An emulated point runs in this
 process, one at a time: it needs the whole machine, and its log is the sweep's. A twin point needs
 one core and no root, so several run at once as tasks on a Dask cluster (scaffold/cluster.py: this
-machine's workers or Slurm jobs), each logging to its own directory.
+machine's workers or Slurm jobs), each logging to its own directory. `bufsize remote` hands its
+emulated points to Dask workers on other machines, one a machine, through an engine of its own
+(remote/run.py): each point comes back as an archive and is merged here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,9 +124,30 @@ def record_error(d: Path, n: int, r: int, e: BaseException) -> None:
         write_json_atomic(d / "error.json", {"flows": n, "run": r, "error": str(e), "type": type(e).__name__})
 
 
-def run_points(sweep: Sweep, task: Task, say: Callable[[str], None], where: Where | None = None) -> dict:
+@dataclass
+class Engine:
+    """A sweep's points as tasks on an open Dask client. `submit` sends point (N, run), whose
+    directory here is given, and returns its future; `collect` looks at a future that ended and
+    brings its point here, answering None or why the point failed; `alive` says whether any worker
+    is left (when none is, the running points are cancelled and the rest reported unfinished)."""
+
+    client: Any
+    slots: int  # points handed out at once: one a worker
+    describe: str
+    submit: Callable[[int, int, Path], Any]
+    collect: Callable[[Any, int, int, Path], str | None]
+    alive: Callable[[], bool] = lambda: True
+
+
+EngineFactory = Callable[[int], AbstractContextManager[Engine]]  # given the number of points to run
+
+
+def run_points(
+    sweep: Sweep, task: Task, say: Callable[[str], None], where: Where | EngineFactory | None = None
+) -> dict:
     """Every point of `sweep` not finished yet, in its order: in this process when `where` is None,
-    else on the Dask workers it names. A point's failure is said and recorded, and the sweep goes on."""
+    on the Dask workers a `Where` names (each writing into the sweep's directory), or on an engine
+    of the caller's. A point's failure is said and recorded, and the sweep goes on."""
     todo = [p for p in sweep.points if not finished(sweep.out, *p)]
     if len(todo) < len(sweep.points):
         say(f"resuming {sweep.out}: {len(sweep.points) - len(todo)} of {len(sweep.points)} points already "
@@ -130,8 +155,12 @@ def run_points(sweep: Sweep, task: Task, say: Callable[[str], None], where: Wher
     progress = Progress(sweep, todo, say)
     if where is None:
         failed = in_process(sweep, todo, task, progress)
+    elif todo:
+        factory = where if callable(where) else in_place(sweep, task, where)
+        with factory(len(todo)) as engine:
+            failed = on_cluster(sweep, todo, progress, engine)
     else:
-        failed = on_cluster(sweep, todo, task, progress, where)
+        failed = []
     return {"points": len(sweep.points), "finished": progress.closing(), "failed": failed}
 
 
@@ -167,42 +196,69 @@ def point_task(task: Task, n: int, r: int, d: Path) -> None:
         raise
 
 
-def on_cluster(sweep: Sweep, todo: list[tuple[int, int]], task: Task, progress: Progress, where: Where) -> list[str]:
-    """The points as tasks on the Dask cluster `where` names, at most one a worker handed out at a
-    time so each is announced as it starts and the largest go first. A stopped sweep closes the
-    cluster, which ends its workers; a simulator whose worker went reads the end of its input and quits."""
+def in_place(sweep: Sweep, task: Task, where: Where) -> EngineFactory:
+    """The cluster `where` names, its workers writing each point into the sweep's own directory."""
+
+    @contextlib.contextmanager
+    def engine(points: int) -> Iterator[Engine]:
+        from bufsize.scaffold.cluster import open_cluster
+
+        def submit(n: int, r: int, d: Path) -> Any:
+            return client.submit(point_task, task, n, r, d, key=f"n{n:04d}-{sweep.run_name}{r}", pure=False)
+
+        def collect(f: Any, n: int, r: int, d: Path) -> str | None:
+            if f.status == "finished" and finished(sweep.out, n, r):
+                return None
+            return error_of(d) or f"{f.status}: {f.exception() if f.status == 'error' else 'no result.json'}"
+
+        with open_cluster(where, sweep.out, points) as client:
+            yield Engine(client, where.workers, where.describe(), submit, collect)
+
+    return engine
+
+
+def on_cluster(sweep: Sweep, todo: list[tuple[int, int]], progress: Progress, engine: Engine) -> list[str]:
+    """The points as tasks on `engine`, at most one a worker handed out at a time so each is
+    announced as it starts and the order of `todo` is kept. A stopped sweep closes the cluster,
+    which ends its workers; a simulator whose worker went reads the end of its input and quits."""
     from distributed import as_completed
 
-    from bufsize.scaffold.cluster import dashboard, open_cluster
+    from bufsize.scaffold.cluster import dashboard
 
     failed: list[str] = []
     queue = list(enumerate(todo))
-    workers = where.workers
-    with open_cluster(where, sweep.out, len(todo)) as client:
-        progress.say(f"{where.describe()}; live page: {dashboard(client)}")
-        running: dict[Any, tuple[int, int, float]] = {}
-        done = as_completed()
+    progress.say(f"{engine.describe}; live page: {dashboard(engine.client)}")
+    running: dict[Any, tuple[int, int, float]] = {}
+    done = as_completed()
 
-        def hand_out() -> None:
-            i, (n, r) = queue.pop(0)
-            d = point_dir(sweep.out, n, r)
-            make_dirs(d)
-            progress.starting(i, n, r)
-            f = client.submit(point_task, task, n, r, d, key=f"n{n:04d}-{sweep.run_name}{r}", pure=False)
-            running[f] = (n, r, time.monotonic())
-            done.add(f)
+    def hand_out() -> None:
+        i, (n, r) = queue.pop(0)
+        d = point_dir(sweep.out, n, r)
+        make_dirs(d)
+        progress.starting(i, n, r)
+        f = engine.submit(n, r, d)
+        running[f] = (n, r, time.monotonic())
+        done.add(f)
 
-        while queue and len(running) < workers:
+    while queue and len(running) < engine.slots:
+        hand_out()
+    while running:
+        if not done.has_ready():
+            if not engine.alive():  # no worker left to run them: end the wait
+                engine.client.cancel(list(running))
+            time.sleep(0.2)
+            continue
+        f = next(done)
+        n, r, t = running.pop(f)
+        d = point_dir(sweep.out, n, r)
+        why = engine.collect(f, n, r, d)
+        if why is not None:
+            record_error(d, n, r, RuntimeError(why))
+            failed.append(f"N={n} {sweep.run_name} {r}: {why}")
+            why += f" (see {d}/)"
+        progress.ended(n, r, time.monotonic() - t, why)
+        if queue and engine.alive():
             hand_out()
-        for f in done:
-            n, r, t = running.pop(f)
-            d = point_dir(sweep.out, n, r)
-            why = None if f.status == "finished" and finished(sweep.out, n, r) else (
-                error_of(d) or f"{f.status}: {f.exception() if f.status == 'error' else 'no result.json'}")  # fmt: skip
-            if why is not None:
-                failed.append(f"N={n} {sweep.run_name} {r}: {why}")
-                why += f" (see {d}/)"
-            progress.ended(n, r, time.monotonic() - t, why)
-            if queue:
-                hand_out()
+    for _, (n, r) in queue:
+        failed.append(f"N={n} {sweep.run_name} {r}: not run, no worker was left")
     return failed

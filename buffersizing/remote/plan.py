@@ -12,7 +12,7 @@ import re
 import shutil
 import tarfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from bufsize.longlived.sweep import SweepSpec, finished, grown_manifest, point_dir
@@ -27,7 +27,6 @@ DEFAULT_REMOTE_DIR = "/var/lib/bufsize-remote"
 _USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
 _NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252})")  # a DNS name or an IPv4 address
 _V6 = re.compile(r"[0-9A-Fa-f:.]{2,45}")
-_POINT_NAME = re.compile(r"n(\d{4})-run(\d{1,3})")
 
 
 @dataclass(frozen=True)
@@ -88,11 +87,6 @@ def parse_machines(given: list[str]) -> list[Machine]:
 
 def point_name(point: Point) -> str:
     return point_dir(Path("."), *point).name
-
-
-def parse_point_name(name: str) -> Point | None:
-    m = _POINT_NAME.fullmatch(name)
-    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def sweep_argv(spec: SweepSpec) -> list[str]:
@@ -168,54 +162,6 @@ def assign(
         load[m] += estimate(n)
     rank = {p: i for i, p in enumerate(points)}
     return {m: sorted(ps, key=rank.__getitem__) for m, ps in out.items()}
-
-
-@dataclass
-class Status:
-    """What a machine's status script said about its part of the sweep."""
-
-    alive: bool = False  # its worker (bufsize sweep --points ...) is running
-    done: set[Point] = field(default_factory=set)  # result.json there
-    failed: set[Point] = field(default_factory=set)  # error.json and no result.json there
-    points: list[Point] = field(default_factory=list)  # what its last worker was given
-    current: Point | None = None  # the point its worker's log last said it started
-
-    def settled(self) -> set[Point]:
-        """Finished points whose directories are complete: a search draws its plots after writing
-        result.json, so the point the worker is still on is left until it moves on or exits."""
-        return self.done if not self.alive else self.done - {self.current}
-
-
-_CURRENT = re.compile(r"N=(\d+) run (\d+)")
-
-
-def parse_points_text(text: str) -> list[Point]:
-    out = []
-    for part in text.split(","):
-        n, sep, r = part.strip().partition(":")
-        if sep and digits(n) and digits(r):
-            out.append((int(n), int(r)))
-    return out
-
-
-def parse_status(text: str) -> Status:
-    """The remote status script's answer, one fact per line."""
-    st = Status()
-    for line in text.splitlines():
-        word, _, rest = line.strip().partition(" ")
-        point = parse_point_name(rest.strip())
-        if word == "alive":
-            st.alive = rest.strip() == "1"
-        elif word == "done" and point:
-            st.done.add(point)
-        elif word == "failed" and point:
-            st.failed.add(point)
-        elif word == "points":
-            st.points = parse_points_text(rest)
-        elif word == "current" and (m := _CURRENT.search(rest)):
-            st.current = (int(m.group(1)), int(m.group(2)))
-    st.failed -= st.done
-    return st
 
 
 class BadPoint(Exception):

@@ -1,28 +1,28 @@
-"""`bufsize remote`: one sweep over several machines by SSH (Fabric 3), merged into one sweep directory.
+"""`bufsize remote`: one sweep's emulated points on Dask workers on other machines, reached by SSH,
+merged into one sweep directory here.
 
-For each machine, in parallel: log in (key only, pinned host key: ssh.py), ship the commit as
-`git archive` output into REMOTE_DIR/src/COMMIT (once per commit), run ./setup.sh there, and check
-it with `bufsize doctor --json`. A machine that fails any step is named in one line and gets no
-points; the others share them (the split is redistributed over the machines that are ready).
+For each machine, in parallel, Fabric prepares it: log in (key only, pinned host key: ssh.py), ship
+the commit as `git archive` output into REMOTE_DIR/src/COMMIT (once per commit), run ./setup.sh
+there, and check it with `bufsize doctor --json`. A machine that fails any step is named in one line
+and gets no points.
 
-Then each ready machine runs `bufsize sweep --points ...` for its share, detached (setsid: its own
-session, no controlling terminal, so a dropped SSH connection sends it nothing), into
-REMOTE_DIR/sweeps/ID (ID: a hash of the settings and the commit, so the same command finds it
-again). This side polls every --poll-s seconds, pulls each finished point (a tarball over SFTP,
-checked member by member and by commit) and moves it into --out in one rename. --out is a sweep
-directory like a local one: the same manifest.json (plus a `remote` section saying which machine ran
-which point), the same nNNNN-runK/ directories, then the figure and table.
+Then the engine takes over. A Dask scheduler runs here on loopback and each ready machine runs one
+worker, started over its SSH connection and joined to the scheduler through SSH forwards
+(workers.py). Each point is a task (pointtask.py): `bufsize sweep --points N:RUN` on whichever
+machine is free, into REMOTE_DIR/sweeps/ID (ID: a hash of the settings and the commit), its
+directory sent back as an archive, checked member by member and by commit, and moved into --out in
+one rename. A worker that dies (its machine lost, its process killed) has its point run again on
+another machine by the engine. --out is a sweep directory like a local one: the same manifest.json
+(plus a `remote` section saying which machine ran which point), the same nNNNN-runK/ directories,
+then the figure and table.
 
-Re-running the same command resumes: points merged here are not redone; points finished on a
-machine but not pulled are pulled; a worker still running is left to run; points whose worker is
-gone (a rebooted machine, a killed process) are started again. A machine that stops answering is
-retried until --give-up-s has passed; its points are then reported as unfinished, and the next run
-gives them to whichever machines are ready.
+Re-running the same command resumes: points merged here are skipped; a point finished on a machine
+but never merged is sent back without being run again, when that machine gets it.
 
 Remote layout (REMOTE_DIR, per machine; `{machine}` in --remote-dir is replaced by its label):
     src/COMMIT/          the shipped tree, its .venv and .bufsize-commit
-    sweeps/ID/           the machine's sweep directory (only its own points are run there)
-    runs/ID/             worker.pid, worker.log, points, pulled tarballs while in transit
+    sweeps/ID/           the machine's sweep directory (only the points it ran)
+    runs/ID/             worker.log, one log a point, the worker's scratch (dask/)
     logs/setup-COMMIT.log
 """
 
@@ -35,7 +35,6 @@ import json
 import os
 import posixpath
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -43,23 +42,23 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from bufsize.longlived.sweep import SweepSpec, clock, existing_manifest, finished, spec_from_args
+from bufsize.longlived.points import Engine, Sweep
+from bufsize.longlived.sweep import SweepSpec, clock, existing_manifest, finished, run_points, spec_from_args
 from bufsize.remote.plan import (
     DEFAULT_REMOTE_DIR,
     MAX_POINT_ARCHIVE_BYTES,
     BadPoint,
     Machine,
     Point,
-    Status,
     assign,
     check_point,
     merge_point,
     merged_manifest,
     parse_machines,
-    parse_status,
     point_name,
     printable,
     sha256_of,
@@ -68,10 +67,12 @@ from bufsize.remote.plan import (
     unpack_point,
     write_manifest,
 )
+from bufsize.remote.pointtask import run_point
 from bufsize.remote.ssh import SSH_ERRORS, MachineCannotRun, MachineUnreachable, connect, explain, q, sh
+from bufsize.remote.workers import RESOURCE, MachineWorker
+from bufsize.scaffold.cluster import local_cluster
 from bufsize.scaffold.resultdir import check_out_dir, table_rows
 from bufsize.topologies.errors import RunError, UsageError
-from bufsize.topologies.units import digits
 
 REPO = Path(__file__).resolve().parents[2]
 SETUP_TIMEOUT_S = 3600  # a fresh VM installs packages and builds the venv: minutes, not an hour
@@ -191,16 +192,12 @@ class Job:
     known_hosts: Path
     remote_dir: str
     out: Path
-    incoming: Path
-    poll_s: float
-    give_up_s: float
     say: Callable[[str], None]
-    lock: threading.Lock = field(default_factory=threading.Lock)
     json: bool = False  # the outcome as JSON on stdout (progress stays on stderr)
 
 
 class Remote:
-    """One machine's part: prepare it, run and watch its worker, pull what it finishes."""
+    """One machine: prepare it (the tree, setup, doctor), then run its Dask worker."""
 
     def __init__(self, machine: Machine, job: Job) -> None:
         self.m = machine
@@ -209,15 +206,9 @@ class Remote:
         self.paths = Paths(root, job.commit, sweep_id(job.spec, job.commit))
         self.conn = None
         self.sudo = False
-        self.error: str | None = None  # why it cannot run, or why it was given up
+        self.error: str | None = None  # why it cannot run
         self.caps: dict = {}
-        self.status = Status()
-        self.owned: list[Point] = []  # points this machine's worker is to run
-        self.merged: list[Point] = []
-        self.failed: dict[Point, str] = {}
-        self.machine_manifest: dict | None = None
-        self.started = False  # this run has looked at it once and started its part if it had to
-        self.last_line = ""  # the progress line last printed
+        self.worker: MachineWorker | None = None
 
     def say(self, text: str) -> None:
         self.job.say(f"[{self.m.label}] {text}")
@@ -348,131 +339,8 @@ class Remote:
         self.caps = caps
         self.say(f"ready: kernel {caps.get('kernel')}, delay backend {caps.get('delay_backend')}")
 
-    # -- the worker
-
-    def status_script(self) -> str:
-        p = self.paths
-        log = f"{p.runs}/worker.log"
-        return (
-            f"pid=$(cat {q(p.runs)}/worker.pid 2>/dev/null || true); case $pid in ''|*[!0-9]*) pid=0;; esac; "
-            f'if [ -r "/proc/$pid/cmdline" ] && tr "\\000" "\\n" < "/proc/$pid/cmdline" | grep -qxF -- {q(p.sweep)}; '
-            "then echo 'alive 1'; else echo 'alive 0'; fi; "
-            f'echo "points $(cat {q(p.runs)}/points 2>/dev/null || true)"; '
-            f"echo \"current $(grep -o 'point [0-9]*/[0-9]*: N=[0-9]* run [0-9]*' {q(log)} 2>/dev/null | tail -n 1)\"; "
-            f"if cd {q(p.sweep)} 2>/dev/null; then for d in n*-run*; do "
-            'if [ -f "$d/result.json" ]; then echo "done $d"; elif [ -f "$d/error.json" ]; then echo "failed $d"; fi; '
-            "done; fi"
-        )
-
-    def poll(self) -> Status:
-        self.status = parse_status(self.sh(self.status_script()).stdout)
-        return self.status
-
-    def start(self, points: list[Point]) -> None:
-        """`bufsize sweep --points ...` detached: setsid gives it its own session and no controlling
-        terminal, so a dropped connection delivers no SIGHUP; its output goes to worker.log and its
-        PID to worker.pid (checked against its command line before it is believed). Plain setsid
-        rather than systemd-run: it works wherever sh does (containers, minimal images)."""
-        p = self.paths
-        spec_points = ",".join(f"{n}:{r}" for n, r in points)
-        argv = [f"{p.src}/.venv/bin/bufsize", "sweep", *sweep_argv(self.job.spec), "--points", spec_points,
-                "--out", p.sweep]  # fmt: skip
-        script = (
-            f"set -e; mkdir -p {q(p.runs)} {q(posixpath.dirname(p.sweep))}; cd {q(p.src)}; "
-            f"printf '%s\\n' {q(spec_points)} > {q(p.runs)}/points; "
-            f"mv -f {q(p.runs)}/worker.log {q(p.runs)}/worker.log.1 2>/dev/null || true; "
-            f"setsid {shlex.join(argv)} > {q(p.runs)}/worker.log 2>&1 < /dev/null & "
-            f"echo $! > {q(p.runs)}/worker.pid; echo $!"
-        )
-        res = self.sh(script)
-        if res.exited != 0 or not digits(res.stdout.strip()):
-            raise MachineCannotRun(f"{self.m.label}: could not start its worker: {res.stderr.strip()[-200:]}")
-        self.owned = list(points)
-        names = " ".join(f"N={n}/run{r}" for n, r in points)
-        self.say(f"started its part (pid {res.stdout.strip()}): {len(points)} points: {names}")
-
-    # -- pulling
-
-    def pull(self, point: Point) -> None:
-        """One finished point: tar it there, fetch it by SFTP, check its checksum, members and commit,
-        and move it into the merged sweep. A point that fails the checks is reported, not merged."""
-        name = point_name(point)
-        p = self.paths
-        remote_tgz = f"{p.runs}/pull-{name}.tar.gz"
-        script = (
-            f"set -e; mkdir -p {q(p.runs)}; tar -C {q(p.sweep)} -czf {q(remote_tgz)} {q(name)}; "
-            f"chmod 0644 {q(remote_tgz)}; sha256sum < {q(remote_tgz)}; wc -c < {q(remote_tgz)}"
-        )
-        res = self.sh(script, timeout=600)
-        if res.exited != 0:
-            self.failed[point] = f"could not pack it there: {res.stderr.strip()[-200:]}"
-            return
-        # The checksum is the remote's own: it guards the transfer, not the content, which is checked
-        # member by member below (paths, types, sizes) and by the commit the result names.
-        answer = res.stdout.split()
-        want, size = (answer[0], answer[2]) if len(answer) == 3 and digits(answer[2]) else ("", "-1")
-        if not re.fullmatch(r"[0-9a-f]{64}", want) or not 0 <= int(size) <= MAX_POINT_ARCHIVE_BYTES:
-            self.failed[point] = (
-                f"not pulled: its archive is over {MAX_POINT_ARCHIVE_BYTES >> 20} MB, or the machine's answer "
-                f"about it is not a checksum and a size ({' '.join(answer)[:80]!r})"
-            )
-            with contextlib.suppress(MachineUnreachable):
-                self.sh(f"rm -f {q(remote_tgz)}")
-            return
-        work = Path(tempfile.mkdtemp(prefix=f"{self.m.path_label}-{name}-", dir=self.job.incoming))
-        try:
-            local = work / "point.tar.gz"
-            try:
-                with local.open("wb") as f:
-                    self.conn.get(remote_tgz, local=f)
-            except SSH_ERRORS as e:
-                self.close()
-                raise MachineUnreachable(explain(e, self.m, self.job.known_hosts)) from e
-            with contextlib.suppress(MachineUnreachable):
-                self.sh(f"rm -f {q(remote_tgz)}")
-            try:
-                if local.stat().st_size > MAX_POINT_ARCHIVE_BYTES:  # it grew since it was measured
-                    raise BadPoint(f"its archive is over {MAX_POINT_ARCHIVE_BYTES >> 20} MB")
-                if sha256_of(local) != want:
-                    raise BadPoint("its checksum does not match the one computed there")
-                unpacked = unpack_point(local, point, work)
-                check_point(unpacked, point, self.job.commit)
-            except BadPoint as e:
-                self.failed[point] = f"not merged: {e}"
-                self.say(f"N={point[0]} run {point[1]}: not merged: {e}")
-                return
-            with self.job.lock:
-                if self.machine_manifest is None:
-                    self.machine_manifest = self.fetch_machine_manifest()
-                if merge_point(self.job.out, unpacked, point):
-                    self.merged.append(point)
-                    self.failed.pop(point, None)
-                    update_manifest(self.job, {self.m.label: {"machine": self.machine_manifest, "points": [name]}})
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-
-    def fetch_machine_manifest(self) -> dict | None:
-        res = self.sh(f"cat {q(self.paths.sweep)}/manifest.json")
-        try:
-            return json.loads(res.stdout)["machine"]
-        except (ValueError, KeyError, TypeError):
-            return None
-
-    def stopped_early(self) -> str:
-        res = self.sh(f"tail -n 2 {q(self.paths.runs)}/worker.log 2>/dev/null || true")
-        last = " | ".join(line.strip() for line in res.stdout.strip().splitlines())
-        return f"its worker stopped before it finished ({last or 'no log'})"
-
-    def error_of(self, point: Point) -> str:
-        res = self.sh(f"cat {q(self.paths.sweep)}/{q(point_name(point))}/error.json 2>/dev/null || true")
-        try:
-            return " ".join(str(json.loads(res.stdout).get("error", "failed")).split())[:300]
-        except (ValueError, AttributeError):
-            return "failed (its error.json does not parse)"
-
 
 def update_manifest(job: Job, by_machine: dict[str, dict]) -> None:
-    """Called with job.lock held."""
     old = None
     with contextlib.suppress(OSError, ValueError):
         old = json.loads((job.out / "manifest.json").read_text())
@@ -480,110 +348,83 @@ def update_manifest(job: Job, by_machine: dict[str, dict]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The whole command
+# The engine: the machines' workers, a point sent to one and merged here
 
 
-class Run:
-    def __init__(self, job: Job, remotes: list[Remote], runs_per_machine: int | None) -> None:
-        self.job = job
-        self.remotes = remotes
-        self.runs_per_machine = runs_per_machine
-        self.pending: list[Point] = []  # points no machine could take yet (all busy with earlier parts)
-        self.pending_lock = threading.Lock()
-
-    def merged_here(self, point: Point) -> bool:
-        return finished(self.job.out, *point)
-
-    def plan(self, ready: list[Remote]) -> None:
-        """Who runs what: points merged here are done; points finished on some ready machine are
-        pulled, not rerun; a worker still running keeps its points; the rest go to idle machines."""
-        spec = self.job.spec
-        todo = [p for p in spec.points() if not self.merged_here(p)]
-        done_there = set().union(*(r.status.done for r in ready)) if ready else set()
-        taken: set[Point] = set()
-        for r in ready:
-            if r.status.alive:
-                r.owned = [p for p in r.status.points if p in todo and p not in r.status.done]
-                taken |= set(r.owned)
-        free = [p for p in todo if p not in done_there and p not in taken]
-        idle = [r.m.label for r in ready if not r.status.alive]
-        order = [r.m.label for r in self.remotes]
-        shares = assign(free, idle, self.job.spec.estimate, self.runs_per_machine, order)
-        for r in ready:
-            if not r.status.alive:
-                r.owned = shares.get(r.m.label, [])
-        self.pending = free if not idle else []
-
-    def watch(self, r: Remote) -> None:
-        """One machine until its part is merged, it fails, or it is given up. Every SSH step is inside
-        the try: a machine may stop answering at any of them."""
-        last_ok = time.monotonic()
-        silent = False
-        while True:
-            try:
-                outcome = self.step(r)
-                last_ok = time.monotonic()
-                if silent:
-                    r.say("answering again")
-                silent = False
-            except MachineUnreachable as e:
-                if time.monotonic() - last_ok > self.job.give_up_s:
-                    r.error = f"{e}; gave up after {self.job.give_up_s:g} s without an answer"
-                    r.say(f"lost: {e}")
-                    return
-                if not silent:
-                    r.say(f"no answer ({e}); retrying for up to {self.job.give_up_s:g} s")
-                silent = True
-                time.sleep(self.job.poll_s)
-                continue
-            except MachineCannotRun as e:
-                r.error = str(e)
-                r.say(str(e))
-                return
-            if outcome == "done":
-                return
-            if outcome == "wait":
-                time.sleep(self.job.poll_s)
-
-    def step(self, r: Remote) -> str:
-        """One look at a machine: start its part the first time, pull what is settled, report.
-        'done' when its part is over, 'again' to look at once, 'wait' to look after --poll-s."""
-        st = r.poll()
-        if not r.started:
-            todo = [p for p in r.owned if p not in st.done and not self.merged_here(p)]
-            if todo and not st.alive:
-                r.start(todo)
-                st = r.poll()
-            r.started = True
-        for point in sorted(st.settled(), key=lambda p: (p[1], p[0])):
-            if not self.merged_here(point) and point not in r.failed:
-                r.pull(point)
-        left = [p for p in r.owned if not self.merged_here(p)]
-        line = f"{len(r.owned) - len(left)}/{len(r.owned)} points merged"
-        if st.alive and st.current:
-            line += f", running N={st.current[0]} run {st.current[1]}"
-        if line != r.last_line:
-            r.say(line)
-            r.last_line = line
-        if st.alive:
-            return "wait"
-        if any(p in st.done and not self.merged_here(p) and p not in r.failed for p in left):
-            return "again"  # finished there after the last look: pull them first
-        for p in left:
-            if p not in r.failed:
-                r.failed[p] = r.error_of(p) if p in st.failed else r.stopped_early()
-        with self.pending_lock:
-            more, self.pending = self.pending, []
-        if not more:
-            return "done"
+def deliver(job: Job, f: Any, point: Point) -> str | None:
+    """A point's task ended: its archive checked and merged here, or why not."""
+    if f.status != "finished":
+        e = f.exception() if f.status == "error" else None
+        return (
+            f"{type(e).__name__}: {printable(str(e))}" if e is not None else f"{f.status}: no worker was left to run it"
+        )
+    got = f.result()
+    f.release()
+    label, blob = printable(str(got.get("worker"))), got.get("archive") or b""
+    if len(blob) > MAX_POINT_ARCHIVE_BYTES:
+        return f"not merged: its archive from {label} is over {MAX_POINT_ARCHIVE_BYTES >> 20} MB"
+    with tempfile.TemporaryDirectory(prefix=".incoming-", dir=job.out) as tmp:
+        archive = Path(tmp) / "point.tar.gz"
+        archive.write_bytes(blob)
         try:
-            r.start(more)
-        except (MachineUnreachable, MachineCannotRun):
-            with self.pending_lock:
-                self.pending = more + self.pending
-            raise
-        r.last_line = ""
-        return "again"
+            unpacked = unpack_point(archive, point, Path(tmp))
+            check_point(unpacked, point, job.commit)
+        except BadPoint as e:
+            return f"not merged: from {label}: {e}"
+        if merge_point(job.out, unpacked, point):
+            update_manifest(job, {label: {"machine": got.get("machine"), "points": [point_name(point)]}})
+    return None
+
+
+@contextlib.contextmanager
+def ssh_engine(job: Job, remotes: list[Remote], ready: list[Remote], runs_per_machine: int | None) -> Iterator[Engine]:
+    """A scheduler here and a worker on each ready machine; a machine whose worker does not come up
+    is named and left out. On the way out the workers end with their SSH sessions."""
+    spec = job.spec
+    argv = sweep_argv(spec)
+    sid = sweep_id(spec, job.commit)
+    with local_cluster(0) as client:
+        port = int(client.scheduler.address.rsplit(":", 1)[1])
+        try:
+            for r in ready:
+                r.open()
+                r.worker = MachineWorker(r.conn, r.m.label, r.paths.src, r.paths.runs, r.sudo, port)
+                r.worker.start()
+            live = []
+            for r in ready:
+                try:
+                    r.worker.wait_registered(client)
+                    live.append(r)
+                    r.say("its Dask worker is up")
+                except (MachineCannotRun, *SSH_ERRORS) as e:
+                    r.error = str(e)
+                    job.say(f"[{r.m.label}] cannot be used: {r.error}")
+            if not live:
+                raise RunError("no machine's worker came up (see the lines above); nothing was run")
+            labels = [r.m.label for r in remotes]  # --replicate: run r's machine, as given
+
+            def submit(n: int, run: int, d: Path) -> Any:
+                where = {}
+                if runs_per_machine is not None and (run - 1) // runs_per_machine < len(labels):
+                    where = {"workers": [labels[(run - 1) // runs_per_machine]], "allow_other_workers": True}
+                return client.submit(run_point, argv, sid, n, run, key=point_name((n, run)), pure=False,
+                                     resources={RESOURCE: 1}, **where)  # fmt: skip
+
+            yield Engine(
+                client,
+                len(live),
+                f"{len(live)} machines, one Dask worker each, through SSH",
+                submit,
+                lambda f, n, run, d: deliver(job, f, (n, run)),
+                alive=lambda: any(not r.worker.ended() for r in live),
+            )
+            for r in live:
+                if r.worker.ended():
+                    r.error = f"its worker ended part-way (see {r.worker.log} there); its point ran elsewhere"
+        finally:
+            for r in ready:
+                if r.worker is not None:
+                    r.worker.stop()
 
 
 def run_remote(a: argparse.Namespace) -> int:
@@ -595,10 +436,6 @@ def run_remote(a: argparse.Namespace) -> int:
         runs_per_machine = spec.runs
         spec = replace(spec, runs=spec.runs * len(machines))
         spec.validate()
-    if not (0.1 <= a.poll_s <= 3600):
-        raise UsageError(f"--poll-s {a.poll_s:g}: must be from 0.1 to 3600")
-    if not (0 <= a.give_up_s <= 7 * 86400):
-        raise UsageError(f"--give-up-s {a.give_up_s:g}: must be from 0 to a week")
     identity = readable_file("--identity", a.identity) if a.identity is not None else None
     known_hosts = readable_file("--known-hosts", a.known_hosts)
     remote_dir = check_remote_dir(a.remote_dir)
@@ -623,16 +460,13 @@ def run_remote(a: argparse.Namespace) -> int:
             shutil.rmtree(stale, ignore_errors=True)
         with tempfile.TemporaryDirectory(prefix=".incoming-", dir=out) as tmp:
             tarball = archive(commit, Path(tmp))
-            job = Job(spec, commit, tarball, identity, known_hosts, remote_dir, out, Path(tmp), a.poll_s,
-                      a.give_up_s, say, json=a.json)  # fmt: skip
+            job = Job(spec, commit, tarball, identity, known_hosts, remote_dir, out, say, json=a.json)
             remotes = [Remote(m, job) for m in machines]
             try:
                 return drive(job, remotes, runs_per_machine, t0)
             except KeyboardInterrupt:
-                say(
-                    "bufsize remote: interrupted; the parts already started keep running on their machines: "
-                    "re-run the same command to collect them"
-                )
+                say("bufsize remote: interrupted; the points running were stopped with their workers: "
+                    "re-run the same command to run them and the rest")  # fmt: skip
                 return 130
             finally:
                 for r in remotes:
@@ -651,48 +485,31 @@ def in_threads(items: list[Remote], fn: Callable[[Remote], object]) -> None:
 def drive(job: Job, remotes: list[Remote], runs_per_machine: int | None, t0: float) -> int:
     spec = job.spec
     total = len(spec.points())
-    already = sum(finished(job.out, *p) for p in spec.points())
+    todo = [p for p in spec.points() if not finished(job.out, *p)]
     job.say(
         f"bufsize remote: {total} points ({len(spec.flows)} N x {spec.runs} runs) on {len(remotes)} machines, "
-        f"commit {job.commit[:12]}; {already} already merged in {job.out}"
+        f"commit {job.commit[:12]}; {total - len(todo)} already merged in {job.out}"
     )
-    for r in remotes:
-        r.new_connection()
-    in_threads(remotes, Remote.prepare)
-    ready = [r for r in remotes if r.error is None]
-    for r in remotes:
-        if r.error is not None:
-            job.say(f"[{r.m.label}] cannot be used: {r.error}")
-    if not ready:
-        raise RunError("no machine could be used (see the lines above); nothing was started")
-
-    def first_look(r: Remote) -> None:
-        try:
-            r.poll()
-        except (MachineUnreachable, MachineCannotRun) as e:
-            r.error = str(e)
-
-    in_threads(ready, first_look)
-    for r in ready:
-        if r.error is not None:
-            job.say(f"[{r.m.label}] cannot be used: {r.error}")
-    ready = [r for r in ready if r.error is None]
-    if not ready:
-        raise RunError("no machine could be used (see the lines above); nothing was started")
-    runner = Run(job, remotes, runs_per_machine)
-    runner.plan(ready)
-    in_threads(ready, runner.watch)
-
+    failed: list[str] = []
+    if todo:
+        for r in remotes:
+            r.new_connection()
+        in_threads(remotes, Remote.prepare)
+        for r in remotes:
+            if r.error is not None:
+                job.say(f"[{r.m.label}] cannot be used: {r.error}")
+        ready = [r for r in remotes if r.error is None]
+        if not ready:
+            raise RunError("no machine could be used (see the lines above); nothing was started")
+        points = sorted(todo, key=lambda p: (-p[0], p[1]))  # the longest searches first
+        sweep = Sweep(job.out, points, spec.runs, spec.estimate)
+        failed = run_points(sweep, None, job.say, lambda _: ssh_engine(job, remotes, ready, runs_per_machine))["failed"]
+        for r in ready:
+            if r.error is not None:
+                job.say(f"[{r.m.label}] {r.error}")
     merged = [p for p in spec.points() if finished(job.out, *p)]
     missing = [p for p in spec.points() if p not in merged]
     job.say(f"bufsize remote: {len(merged)}/{total} points merged in {clock(time.monotonic() - t0)}")
-    for r in remotes:
-        for p, why in sorted(r.failed.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-            if p in missing:
-                job.say(f"[{r.m.label}] N={p[0]} run {p[1]}: {why}")
-        if r.error is not None and r in ready:
-            left = [p for p in r.owned if p in missing]
-            job.say(f"[{r.m.label}] {r.error}; its unfinished points: {names(left) or 'none'}")
     paths = []
     if merged:
         from bufsize.longlived.report import make_report
@@ -700,8 +517,8 @@ def drive(job: Job, remotes: list[Remote], runs_per_machine: int | None, t0: flo
         paths = make_report(job.out)
     if job.json:
         print(json.dumps({"out": str(job.out), "points": total, "finished": len(merged), "missing": names(missing),
-                          "wrote": [str(p) for p in paths], "table": table_rows(job.out) if paths else []},
-                         indent=1))  # fmt: skip
+                          "failed": failed, "wrote": [str(p) for p in paths],
+                          "table": table_rows(job.out) if paths else []}, indent=1))  # fmt: skip
     for path in [] if job.json else paths:
         print(f"wrote {path}")
     if missing:
@@ -711,8 +528,9 @@ def drive(job: Job, remotes: list[Remote], runs_per_machine: int | None, t0: flo
 
 
 def remote_plan(out: Path, spec: SweepSpec, machines: list, commit: str, runs_per_machine: int | None) -> dict:
-    """Who would run which point, and for about how long, if every machine were ready (nothing is
-    contacted: the real run assigns again to the machines that answer, from the same estimates)."""
+    """Who would run which point, and for about how long, if every machine were ready and the points
+    went longest first to the least loaded (nothing is contacted: in the real run each point goes to
+    the first machine free, so the split is an estimate)."""
     labels = [m.label for m in machines]
     todo = [p for p in spec.points() if not (out.exists() and finished(out, *p))]
     shares = assign(todo, labels, spec.estimate, runs_per_machine, labels)
