@@ -104,7 +104,6 @@ VALID: dict[tuple[str, str], set[str]] = {
     **{(c, "--max-sample-steal"): {"0", "1e-9"} for c in ("search", "sweep", "remote")},
     # Syntactically valid host names (whether they resolve is found out when connecting).
     ("remote", "--machine"): {"nan", "inf", "0", "1e308", "9" * 30, "1e-9"},
-    ("remote", "--give-up-s"): {"0", "1e-9"},  # 0: give a silent machine up at the first miss
     ("model", "--buffer-packets"): {"0", "1e-9"},  # the fluid model takes any buffer from none up
     ("model", "--load"): {"1e-9"},  # any load strictly between 0 and 1
     **{("shortflows", opt): vals for opt, vals in SHORTFLOWS_VALID.items()},
