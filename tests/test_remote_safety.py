@@ -71,14 +71,11 @@ def test_a_doctor_answer_of_the_wrong_shape_is_one_line(tmp_path, answer: str) -
     assert "\n" not in str(e.value)
 
 
-def test_a_pulled_point_whose_size_is_over_the_cap_is_not_fetched(tmp_path, monkeypatch) -> None:
-    r = remote_answering(tmp_path, f"{'a' * 64}  -\n{rm.MAX_POINT_ARCHIVE_BYTES + 1}\n")
-    fetched: list[str] = []
-    r.conn = SimpleNamespace(get=lambda *a, **k: fetched.append("get"))
-    r.pull((2, 1))
-    assert fetched == []
-    assert "over 512 MB" in r.failed[(2, 1)]
-    (tmp_path / "b").mkdir()
-    r = remote_answering(tmp_path / "b", "not a checksum\n")
-    r.pull((2, 1))
-    assert "not a checksum and a size" in r.failed[(2, 1)]
+def test_a_point_archive_over_the_cap_is_refused_unread(tmp_path, monkeypatch) -> None:
+    from test_remote import Ended
+
+    monkeypatch.setattr(rm, "MAX_POINT_ARCHIVE_BYTES", 1000)
+    job = make_job(tmp_path, spec_of(*SPEC_ARGS))
+    why = rm.deliver(job, Ended("finished", {"archive": b"\0" * 1001, "worker": "vm\x1b[2J"}), (2, 1))
+    assert why == "not merged: its archive from vm\\x1b[2J is over 0 MB"
+    assert sorted(p.name for p in job.out.iterdir()) == []  # nothing written, not even a transit directory
