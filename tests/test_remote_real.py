@@ -310,6 +310,12 @@ def test_a_worker_killed_part_way_has_its_point_run_on_the_other_and_merged_once
         time.sleep(8)  # into its search
         worker = b.worker_pid()
         assert worker is not None, "b's Dask worker is not running"
+        argv = Path(f"/proc/{worker}/cmdline").read_bytes().decode().split("\0")
+        # TLS inside the SSH forwards, to the scheduler and on its own port, with the sweep's key there.
+        assert argv[3].startswith("tls://127.0.0.1:") and "--tls-key" in argv, argv
+        assert argv[argv.index("--listen-address") + 1].startswith("tls://127.0.0.1:"), argv
+        key = Path(argv[argv.index("--tls-key") + 1])
+        assert key.stat().st_mode & 0o777 == 0o600 and key.is_relative_to(env["tmp"]), key
         with_pid(worker, signal.SIGKILL)
         try:
             _, stderr = first.communicate(timeout=300)
@@ -334,3 +340,4 @@ def test_a_worker_killed_part_way_has_its_point_run_on_the_other_and_merged_once
     assert r["manifest"]["host"] == f"bszt-{a.name}"  # run again, on a
     assert stderr.count(f"point N={int(lost[1:5])} run 1: ") == 1, stderr  # merged once
     assert sorted(p.name for p in out.glob("n*-run*")) == ["n0003-run1", "n0004-run1"]
+    assert not key.exists() and not list(out.glob(".incoming-*")), "the sweep's key was left behind"

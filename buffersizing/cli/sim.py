@@ -84,6 +84,8 @@ def add_start_buffer_arg(p: argparse.ArgumentParser, measure: bool = False) -> N
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    """`bufsize sim` and its subcommands. One function: a flat list of declarations, read top to
+    bottom against `bufsize sim --help`; split, it would only scatter them."""
     sim = sub.add_parser("sim", help="the same experiments on the ns-3 twin of the dumbbell (no root needed)")
     cmds = sim.add_subparsers(dest="sim_cmd", required=True, parser_class=type(sim))
 

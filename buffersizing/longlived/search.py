@@ -558,7 +558,9 @@ def run_search(
     hint: FirstGuess | None = None,
 ) -> dict:
     """Run one search end to end and return (and, with `out`, write) its result. `hint`: a first
-    guess from elsewhere (a sweep's earlier points) instead of the congestion control's rule."""
+    guess from elsewhere (a sweep's earlier points) instead of the congestion control's rule.
+    One function because the calibration and the search run inside one `with ex:` block on the same
+    live dumbbell and flows, and the partial record a failure saves closes over their state."""
     opts.validate(cfg)
     th = theory(cfg, opts.flows)
     cal_packets = math.ceil(CALIBRATION_BDPS * cfg.bdp_bytes / FRAME_BYTES)

@@ -70,7 +70,7 @@ from bufsize.remote.plan import (
 from bufsize.remote.pointtask import run_point
 from bufsize.remote.ssh import SSH_ERRORS, MachineCannotRun, MachineUnreachable, connect, explain, q, sh
 from bufsize.remote.workers import RESOURCE, MachineWorker
-from bufsize.scaffold.cluster import local_cluster
+from bufsize.scaffold.cluster import local_cluster, sweep_security
 from bufsize.scaffold.resultdir import check_out_dir, table_rows
 from bufsize.topologies.errors import RunError, UsageError
 
@@ -288,17 +288,7 @@ class Remote:
             return
         size = self.job.tarball.stat().st_size / 1e6
         self.say(f"shipping commit {self.job.commit[:12]} ({size:.1f} MB)")
-        # An upload file of the login user's own (mktemp: no name another user could have planted).
-        tmp = self.sh("mktemp /tmp/bufsize-ship.XXXXXX", root=False).stdout.strip()
-        if not tmp.startswith("/tmp/bufsize-ship."):
-            raise MachineCannotRun(f"{self.m.label}: mktemp in /tmp failed")
-        try:
-            try:
-                with self.job.tarball.open("rb") as f:
-                    self.conn.put(f, remote=tmp)
-            except SSH_ERRORS as e:
-                self.close()
-                raise MachineUnreachable(explain(e, self.m, self.job.known_hosts)) from e
+        with self.upload(self.job.tarball) as tmp:
             part = f"{src}.part"
             # What arrived is what was shipped (checked there before anything of it is unpacked).
             want = f"{sha256_of(self.job.tarball)}  {tmp}"
@@ -311,9 +301,35 @@ class Remote:
             res = self.sh(script, timeout=600)
             if res.exited != 0:
                 raise MachineCannotRun(f"{self.m.label}: unpacking the tree failed: {res.stderr.strip()[-200:]}")
+
+    @contextlib.contextmanager
+    def upload(self, local: Path) -> Iterator[str]:
+        """`local` copied to a file of the login user's own there (mktemp: mode 0600, and no name
+        another user could have planted), removed on the way out."""
+        tmp = self.sh("mktemp /tmp/bufsize-upload.XXXXXX", root=False).stdout.strip()
+        if not tmp.startswith("/tmp/bufsize-upload."):
+            raise MachineCannotRun(f"{self.m.label}: mktemp in /tmp failed")
+        try:
+            try:
+                with local.open("rb") as f:
+                    self.conn.put(f, remote=tmp)
+            except SSH_ERRORS as e:
+                self.close()
+                raise MachineUnreachable(explain(e, self.m, self.job.known_hosts)) from e
+            yield tmp
         finally:
             with contextlib.suppress(MachineUnreachable):
                 self.sh(f"rm -f {q(tmp)}", root=False)
+
+    def install_tls(self, cert: Path, key: Path) -> tuple[str, str]:
+        """The sweep's certificate and key into runs/ID/tls/, readable by root alone."""
+        there = f"{self.paths.runs}/tls"
+        for local in (cert, key):
+            with self.upload(local) as tmp:
+                script = f"set -e; umask 077; mkdir -p {q(there)}; install -m 600 {q(tmp)} {q(there)}/{q(local.name)}"
+                if self.sh(script).exited != 0:
+                    raise MachineCannotRun(f"{self.m.label}: could not install the sweep's TLS certificate")
+        return f"{there}/{cert.name}", f"{there}/{key.name}"
 
     def check_doctor(self) -> None:
         res = self.sh(f"{q(self.paths.src)}/.venv/bin/bufsize doctor --json", timeout=300)
@@ -383,15 +399,28 @@ def ssh_engine(job: Job, remotes: list[Remote], ready: list[Remote], runs_per_ma
     spec = job.spec
     argv = sweep_argv(spec)
     sid = sweep_id(spec, job.commit)
-    with local_cluster(0) as client:
+    # Mode 0700, inside this run's transit directory, which a later run removes if this one is killed.
+    scratch = tempfile.TemporaryDirectory(prefix="tls-", dir=job.tarball.parent)
+    security = sweep_security(Path(scratch.name))
+    cert, key = Path(security.tls_worker_cert), Path(security.tls_worker_key)
+    with scratch, local_cluster(0, security) as client:
         port = int(client.scheduler.address.rsplit(":", 1)[1])
+        started = []
         try:
             for r in ready:
-                r.open()
-                r.worker = MachineWorker(r.conn, r.m.label, r.paths.src, r.paths.runs, r.sudo, port)
-                r.worker.start()
+                try:
+                    r.open()
+                    tls = r.install_tls(cert, key)
+                    r.worker = MachineWorker(r.conn, r.m.label, r.paths.src, r.paths.runs, r.sudo, port, tls)
+                    started.append(r)
+                    r.worker.start()
+                except (MachineUnreachable, MachineCannotRun, *SSH_ERRORS) as e:
+                    r.error = str(e)
+                    job.say(f"[{r.m.label}] cannot be used: {r.error}")
             live = []
-            for r in ready:
+            for r in started:
+                if r.error is not None:
+                    continue
                 try:
                     r.worker.wait_registered(client)
                     live.append(r)
@@ -420,11 +449,12 @@ def ssh_engine(job: Job, remotes: list[Remote], ready: list[Remote], runs_per_ma
             )
             for r in live:
                 if r.worker.ended():
-                    r.error = f"its worker ended part-way (see {r.worker.log} there); its point ran elsewhere"
+                    r.error = f"its worker ended part-way (see {r.worker.log} there)"
         finally:
-            for r in ready:
-                if r.worker is not None:
-                    r.worker.stop()
+            for r in started:
+                r.worker.stop()
+                with contextlib.suppress(MachineUnreachable, *SSH_ERRORS):
+                    r.sh(f"rm -rf {q(r.paths.runs)}/tls")
 
 
 def run_remote(a: argparse.Namespace) -> int:

@@ -56,9 +56,12 @@ def in_thread(fn: Any, *args: Any) -> None:
 class MachineWorker:
     """One machine's Dask worker, started over its open Fabric connection `conn` (root, or `sudo`)."""
 
-    def __init__(self, conn: Any, label: str, src: str, runs: str, sudo: bool, scheduler_port: int) -> None:
+    def __init__(
+        self, conn: Any, label: str, src: str, runs: str, sudo: bool, scheduler_port: int, tls: tuple[str, str]
+    ) -> None:
         self.conn, self.label, self.src, self.runs, self.sudo = conn, label, src, runs, sudo
         self.scheduler_port = scheduler_port
+        self.cert, self.key = tls  # the sweep's, there
         self.channel: Any = None
         self.listener: socket.socket | None = None
 
@@ -105,10 +108,11 @@ class MachineWorker:
         self.listener = socket.create_server((LOOPBACK, 0))
         local_port = self.listener.getsockname()[1]
         in_thread(self.to_worker, transport, worker_port)
-        argv = [f"{self.src}/.venv/bin/dask", "worker", f"tcp://{LOOPBACK}:{remote_port}", "--name", self.label,
+        argv = [f"{self.src}/.venv/bin/dask", "worker", f"tls://{LOOPBACK}:{remote_port}", "--name", self.label,
                 "--nthreads", "1", "--no-nanny", "--no-dashboard", "--memory-limit", "0",
-                "--resources", f"{RESOURCE}=1", "--listen-address", f"tcp://{LOOPBACK}:{worker_port}",
-                "--contact-address", f"tcp://{LOOPBACK}:{local_port}", "--death-timeout", "60",
+                "--resources", f"{RESOURCE}=1", "--listen-address", f"tls://{LOOPBACK}:{worker_port}",
+                "--contact-address", f"tls://{LOOPBACK}:{local_port}", "--death-timeout", "60",
+                "--tls-ca-file", self.cert, "--tls-cert", self.cert, "--tls-key", self.key,
                 "--local-directory", f"{self.runs}/dask"]  # fmt: skip
         script = f"mkdir -p {q(self.runs)} && cd {q(self.src)} && exec {shlex.join(argv)} >> {q(self.log)} 2>&1"
         command = (["sudo", "-n", "--"] if self.sudo else []) + ["sh", "-c", script]

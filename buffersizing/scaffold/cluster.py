@@ -76,8 +76,9 @@ def open_cluster(where: Where, scratch_parent: Path, points: int) -> Iterator[An
 
 
 @contextlib.contextmanager
-def local_cluster(workers: int) -> Iterator[Any]:
-    """A `Client` on a LocalCluster of `workers` processes, closed (its workers ended) on the way out."""
+def local_cluster(workers: int, security: Any = None) -> Iterator[Any]:
+    """A `Client` on a LocalCluster of `workers` processes, closed (its workers ended) on the way out;
+    its scheduler speaks TLS when given the `security` to (workers that join it from elsewhere)."""
     import dask
     from distributed import Client, LocalCluster
 
@@ -94,6 +95,7 @@ def local_cluster(workers: int) -> Iterator[Any]:
             dashboard_address=f"{LOOPBACK}:0",  # a free port, never a public address
             memory_limit=0,  # a simulator's memory is its own process's, which Dask cannot see or pause
             silence_logs=logging.ERROR,
+            **({"security": security, "protocol": "tls://"} if security is not None else {}),
         )
     try:
         with Client(cluster) as client:

@@ -167,7 +167,9 @@ def run_sim_search(
 ) -> dict:
     """One search on the twin, end to end; with `out`, result.json and samples.csv are written there.
     The flows start at `start_buffer` (START_BUFFERS, or packets) and are calibrated at 2 BDP; with
-    `fresh_starts`, every buffer probed is measured in a run of its own (FreshLink)."""
+    `fresh_starts`, every buffer probed is measured in a run of its own (FreshLink). One function, as
+    the emulated `run_search` is: the warm-up, calibration and search share one live simulation, and
+    the result is built from all three."""
     validate(cfg, opts)
     check_start_buffer(start_buffer)
     th = theory(cfg, opts.flows)  # type: ignore[arg-type]
