@@ -330,6 +330,9 @@ def test_a_worker_killed_part_way_has_its_point_run_on_the_other_and_merged_once
             first.communicate(timeout=120)
     assert first.returncode == 0, f"{stderr}\n{worker_logs(env['tmp'])}"
     lost = began[0].name.removesuffix(".log")
+    # The killed worker's point got SIGTERM, its one signal, and tore its network down.
+    log = began[0].read_text()
+    assert "interrupted by SIGTERM; everything the run created was removed" in log, log
     assert f"[{b.label}] its worker ended part-way" in stderr, stderr
     manifest = json.loads((out / "manifest.json").read_text())
     by_machine = manifest["remote"]["machines"]

@@ -28,7 +28,9 @@ class PointFailed(Exception):
 def die_with_worker() -> None:
     """In the child, before exec: SIGTERM when the worker's thread that started it dies. A worker
     killed outright (SIGKILL, a lost machine's session) then still has its point tear its namespaces
-    down; the search handles SIGTERM as a stop."""
+    down; the search handles SIGTERM as a stop. The child runs in a session of its own, so that this
+    is the one signal it gets: the worker's terminal hanging up would send SIGHUP at the same moment,
+    and a second stop arriving while the first begins the teardown can cut it short."""
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
 
 
@@ -48,7 +50,7 @@ def run_point(argv: list[str], sweep_id: str, n: int, r: int) -> dict:
         res = subprocess.run([str(SRC / ".venv" / "bin" / "bufsize"), "sweep", *argv, "--points", f"{n}:{r}",
                               "--out", str(sweep)],
                              stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                             preexec_fn=die_with_worker, check=False)  # fmt: skip
+                             start_new_session=True, preexec_fn=die_with_worker, check=False)  # fmt: skip
     d = sweep / name
     if not (d / "result.json").is_file():
         raise PointFailed(why(d, log, res.returncode))

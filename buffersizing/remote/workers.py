@@ -9,8 +9,9 @@ and a machine behind NAT serves as well as one with a public address.
 
 A worker has one thread and the resource `dumbbell=1`: an emulated point needs the whole machine.
 It runs under a terminal of its SSH session, so when the connection goes (this side ended, was
-killed, or lost the machine) the terminal hangs up and the worker and its point end with it; the
-point's search also gets SIGTERM when its worker dies (pointtask.py) and tears its namespaces down.
+killed, or lost the machine) the terminal hangs up and the worker ends with it; the point's search,
+in a session of its own, gets SIGTERM when its worker dies (pointtask.py) and tears its namespaces
+down.
 """
 
 from __future__ import annotations
