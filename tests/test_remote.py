@@ -259,7 +259,7 @@ def sent(channels) -> list[str]:
 def prepare_commands(shipped: bool = True) -> list[Command]:
     cmds = [Command(out=b"0\nLinux\n"), Command(out=(COMMIT + "\n").encode() if shipped else b"")]
     if not shipped:
-        cmds += [Command(out=b"/tmp/bufsize-ship.Ab12\n"), Command(), Command()]  # mktemp, unpack, rm
+        cmds += [Command(out=b"/tmp/bufsize-upload.Ab12\n"), Command(), Command()]  # mktemp, unpack, rm
     return [*cmds, Command(), Command(out=DOCTOR.encode())]  # setup, doctor
 
 
@@ -268,7 +268,7 @@ def test_a_fresh_machine_gets_the_tree_setup_and_doctor_in_that_order(tmp_path):
     with MockRemote(enable_sftp=True) as remote:
         session = Session(
             host="203.0.113.7", user="root", port=22, commands=prepare_commands(shipped=False),
-            enable_sftp=True, transfers=[{"method": "putfo", "fl": ANY, "remotepath": "/tmp/bufsize-ship.Ab12"}],
+            enable_sftp=True, transfers=[{"method": "putfo", "fl": ANY, "remotepath": "/tmp/bufsize-upload.Ab12"}],
         )  # fmt: skip
         (channels,) = [remote.expect_sessions(session)]
         r = rm.Remote(Machine("root", "203.0.113.7"), make_job(tmp_path, spec))
@@ -278,10 +278,10 @@ def test_a_fresh_machine_gets_the_tree_setup_and_doctor_in_that_order(tmp_path):
     src = f"{root}/src/{COMMIT}"
     assert cmds[0] == "sh -c 'id -u; uname -s'"
     assert cmds[1] == f"sh -c 'cat {src}/.bufsize-commit 2>/dev/null || true'"
-    assert cmds[2] == "sh -c 'mktemp /tmp/bufsize-ship.XXXXXX'"
-    assert f"tar -xzf /tmp/bufsize-ship.Ab12 -C {src}.part" in cmds[3] and f"mv {src}.part {src}" in cmds[3]
+    assert cmds[2] == "sh -c 'mktemp /tmp/bufsize-upload.XXXXXX'"
+    assert f"tar -xzf /tmp/bufsize-upload.Ab12 -C {src}.part" in cmds[3] and f"mv {src}.part {src}" in cmds[3]
     assert COMMIT in cmds[3] and ".bufsize-commit" in cmds[3]
-    assert cmds[4] == "sh -c 'rm -f /tmp/bufsize-ship.Ab12'"
+    assert cmds[4] == "sh -c 'rm -f /tmp/bufsize-upload.Ab12'"
     assert f"cd {src} && ./setup.sh" in cmds[5]
     assert cmds[6] == f"sh -c '{src}/.venv/bin/bufsize doctor --json'"
     assert not r.sudo and r.caps["delay_backend"] == "netem"
