@@ -143,16 +143,19 @@ EngineFactory = Callable[[int], AbstractContextManager[Engine]]  # given the num
 
 
 def run_points(
-    sweep: Sweep, task: Task, say: Callable[[str], None], where: Where | EngineFactory | None = None
+    sweep: Sweep, task: Task | None, say: Callable[[str], None], where: Where | EngineFactory | None = None
 ) -> dict:
     """Every point of `sweep` not finished yet, in its order: in this process when `where` is None,
     on the Dask workers a `Where` names (each writing into the sweep's directory), or on an engine
-    of the caller's. A point's failure is said and recorded, and the sweep goes on."""
+    of the caller's, which brings its own task (`task` None). A point's failure is said and
+    recorded, and the sweep goes on."""
     todo = [p for p in sweep.points if not finished(sweep.out, *p)]
     if len(todo) < len(sweep.points):
         say(f"resuming {sweep.out}: {len(sweep.points) - len(todo)} of {len(sweep.points)} points already "
             "finished, skipped")  # fmt: skip
     progress = Progress(sweep, todo, say)
+    if not callable(where) and task is None:
+        raise ValueError("a sweep run here or on a Where's workers needs its task")
     if where is None:
         failed = in_process(sweep, todo, task, progress)
     elif todo:

@@ -105,7 +105,7 @@ class MachineWorker:
             raise MachineCannotRun(
                 f"{self.label}: could not find a free port for its worker: {res.stderr.strip()[-200:]}"
             )
-        worker_port = int(res.stdout.strip())
+        worker_port = int(res.stdout.strip())  # free a moment ago; taken in between, the worker says so in its log
         self.listener = socket.create_server((LOOPBACK, 0))
         local_port = self.listener.getsockname()[1]
         in_thread(self.to_worker, transport, worker_port)
@@ -131,7 +131,8 @@ class MachineWorker:
             if any(w.get("name") == self.label for w in client.scheduler_info()["workers"].values()):
                 return
             time.sleep(0.2)
-        res = self.conn.run(f"tail -n 3 {q(self.log)}", hide=True, warn=True, in_stream=False, timeout=30)
+        tail = (["sudo", "-n", "--"] if self.sudo else []) + ["tail", "-n", "3", self.log]  # root's file
+        res = self.conn.run(shlex.join(tail), hide=True, warn=True, in_stream=False, timeout=30)
         last = " | ".join(line.strip() for line in res.stdout.strip().splitlines()) or "no log"
         state = "ended" if self.ended() else f"did not reach the scheduler in {REGISTER_TIMEOUT_S} s"
         raise MachineCannotRun(f"{self.label}: its Dask worker {state} ({last}; see {self.log} there)")
