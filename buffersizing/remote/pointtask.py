@@ -15,6 +15,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+from bufsize.longlived.points import error_of
 from bufsize.remote.plan import MAX_POINT_ARCHIVE_BYTES, point_name
 
 SRC = Path(__file__).resolve().parents[2]  # the shipped tree: REMOTE_DIR/src/COMMIT
@@ -68,10 +69,9 @@ def run_point(argv: list[str], sweep_id: str, n: int, r: int) -> dict:
 
 def why(d: Path, log: Path, returncode: int) -> str:
     """The point's own error.json, else the last lines of its log."""
-    try:
-        return " ".join(str(json.loads((d / "error.json").read_text())["error"]).split())[:300]
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    said = error_of(d)
+    if said is not None:
+        return " ".join(said.split())[:300]
     try:
         tail = log.read_text(errors="replace").strip().splitlines()[-2:]
     except OSError:
