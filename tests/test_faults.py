@@ -213,9 +213,9 @@ def test_bottleneck_device_deleted(no_leftovers, tmp_path):
     assert re.search(r"device is gone|No such device|the delay line|cannot be read", err["error"]), err["error"]
 
 
-def sweep_args(out: Path) -> list[str]:
+def sweep_args(out: Path, flows: str = "2,4") -> list[str]:
     return [
-        "sweep", "--flows", "2,4", "--runs", "1", "--hosts", "2", *FAST, "--samples", "2",
+        "sweep", "--flows", flows, "--runs", "1", "--hosts", "2", *FAST, "--samples", "2",
         "--resolution", "0.3", "--fidelity-s", "0", "--out", str(out),
     ]  # fmt: skip
 
@@ -271,6 +271,14 @@ def test_sweep_records_failed_point_goes_on_and_retries_only_it_after_a_hard_cra
     assert second.read_bytes() == kept
     assert json.loads((out / "n0002-run1" / "result.json").read_text())["flows"] == 2
     assert not (out / "n0002-run1" / "error.json").exists()
+    for name in ("manifest.json", "figure.png", "figure.pdf", "table.md", "table.csv"):
+        assert (out / name).exists(), name
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["spec"]["flows"] == [2, 4] and manifest["machine"]["kernel"]
+
+    # The same directory with different settings is refused, not mixed in.
+    other = bufsize(*sweep_args(out, flows="2,16"), timeout=60)
+    assert other.returncode == 2 and "different settings" in other.stderr, other.stderr[-2000:]
 
 
 def test_netlink_read_of_a_vanished_device_is_a_clear_run_error():

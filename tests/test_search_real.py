@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import json
 import math
-import signal
 import statistics
-import subprocess
 import sys
-import time
 
 import pytest
-from conftest import BUFSIZE, bufsize
+from conftest import bufsize
 from test_fixedbuffer import assert_manifest
 
 from bufsize.topologies import FRAME_BYTES
@@ -138,56 +135,3 @@ def test_one_reno_flow_answers_where_the_fluid_sawtooth_says(no_leftovers, tmp_p
         fluid = single_flow_utilization(p["buffer_packets"], bdp)
         assert fluid - UNDER_FLUID <= p["median"] <= fluid + ABOVE_FLUID, (p["buffer_packets"], p["median"], fluid)
     print(f"one reno flow: {r['buffer_packets']} packets, fluid 99 % at {fluid99:.1f}, BDP {bdp}", file=sys.stderr)
-
-
-def sweep_args(out, flows: str = "4,8") -> list[str]:
-    return [
-        "sweep", "--flows", flows, "--runs", "1", "--hosts", "4", *FAST, "--samples", "2",
-        "--resolution", "0.3", "--fidelity-s", "0", "--out", str(out),
-    ]  # fmt: skip
-
-
-@pytest.mark.integration
-def test_killed_sweep_resumes_without_redoing_finished_points(no_leftovers, tmp_path):
-    out = tmp_path / "sweep"
-    first = out / "n0004-run1" / "result.json"
-    proc = subprocess.Popen([BUFSIZE, *sweep_args(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 240
-        while not first.exists() and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.5)
-        assert first.exists(), "the first point never finished"
-        time.sleep(4)  # into the second point: its dumbbell and flows are up
-        assert proc.poll() is None, "the sweep ended before it could be killed"
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode != 0
-    assert not (out / "n0008-run1" / "result.json").exists()
-    kept = first.read_bytes()
-
-    again = bufsize(*sweep_args(out), timeout=300)
-    assert again.returncode == 0, again.stderr
-    assert "1 of 2 points already finished" in again.stderr
-    assert "N=4 run 1" not in again.stderr.split("already finished", 1)[1]
-    assert first.read_bytes() == kept
-    second = json.loads((out / "n0008-run1" / "result.json").read_text())
-    assert second["flows"] == 8
-    # The resumed point's first probe comes from the finished one's answer, where that converged.
-    n4 = json.loads(kept)
-    if n4["flags"]["converged"]:
-        assert second["first_guess"]["from"] == "this sweep's answer at N=4 x sqrt(4/8)", second["first_guess"]
-        assert second["first_guess"]["packets"] == max(1, round(n4["buffer_packets"] * 0.5**0.5))
-    else:
-        assert second["first_guess"]["from"].startswith("the reno rule")
-    for name in ("manifest.json", "figure.png", "figure.pdf", "table.md", "table.csv"):
-        assert (out / name).exists(), name
-    manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["spec"]["flows"] == [4, 8] and manifest["machine"]["kernel"]
-
-    # The same directory with different settings is refused, not mixed in.
-    other = bufsize(*sweep_args(out, flows="4,16"), timeout=60)
-    assert other.returncode == 2 and "different settings" in other.stderr

@@ -47,6 +47,14 @@ def test_fct_by_size_groups_by_length_and_ignores_unfinished() -> None:
     assert fourteen["retrans_mean"] == 1.0 and fourteen["with_retrans"] == 0.5
 
 
+def test_rows_that_do_not_count_retransmissions_have_none_not_zero() -> None:
+    """The twin's transfers carry no retransmission count: its bins say None, not that none were sent."""
+    rows = [{k: v for k, v in row(i, 14, 0.1 * i).items() if k != "retrans"} for i in (1, 2, 3)]
+    (b,) = fct_by_size(rows)
+    assert b["transfers"] == 3 and b["median_s"] == pytest.approx(0.2)
+    assert b["retrans_mean"] is None and b["with_retrans"] is None
+
+
 def test_many_lengths_fall_into_power_of_two_bins() -> None:
     rows = [row(i, n, 0.1) for i, n in enumerate(range(1, 40), 1)]
     assert size_bins(rows) == [(1, 1), (2, 3), (4, 7), (8, 15), (16, 31), (32, 63)]

@@ -32,7 +32,7 @@ from bufsize.shortflows.loss import PUBLISHED, LossSpec, loss_rows, write_loss_r
 from bufsize.shortflows.mix import MixSpec, mix_rows, write_mix_report
 from bufsize.shortflows.run import ShortFlowOptions
 from bufsize.shortflows.series import run_points
-from bufsize.shortflows.stats import offered_load, percentile, size_bins, size_packets
+from bufsize.shortflows.stats import fct_by_size, offered_load
 from bufsize.sim.search import simulator_manifest
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
@@ -136,7 +136,7 @@ def run_point(cfg: DumbbellConfig, buffer_bytes: int, opts: ShortFlowOptions, se
             ),  # fmt: skip
         },
         "fct_s": fct_summary(in_window),
-        "fct_by_size": fct_by_size(in_window),
+        "fct_by_size": fct_by_size([as_row(r) for r in in_window]),  # the emulated report's bins
         "flows_in_congestion_avoidance": {},  # not counted on the twin
         "long_flow_throughput": {},
         # The simulation is exact; a point is flagged only if a long flow never got going.
@@ -147,6 +147,11 @@ def run_point(cfg: DumbbellConfig, buffer_bytes: int, opts: ShortFlowOptions, se
         "config": sc.to_dict(),
         "manifest": simulator_manifest(sc),
     }
+
+
+def as_row(r: SimTransfer) -> dict:
+    """A transfer as the emulated generator records one, as far as the twin knows it (no retransmissions)."""
+    return {"status": "unfinished" if r.done is None else "done", "size_bytes": r.size_bytes, "fct_s": r.fct_s}
 
 
 def counts(rows: list[SimTransfer]) -> dict:
@@ -160,20 +165,6 @@ def fct_summary(rows: list[SimTransfer]) -> dict:
         return {"count": 0}
     return {"count": len(fcts), "mean": round(statistics.fmean(fcts), 4), "median": round(statistics.median(fcts), 4),
             "p95": round(fcts[min(len(fcts) - 1, int(0.95 * len(fcts)))], 4)}  # fmt: skip
-
-
-def fct_by_size(rows: list[SimTransfer]) -> list[dict]:
-    """Completion times per length bin, the bins of the emulated report (stats.size_bins)."""
-    done = [{"size_bytes": r.size_bytes, "fct_s": r.fct_s} for r in rows if r.fct_s is not None]
-    out = []
-    for lo, hi in size_bins(done):
-        fct = [d["fct_s"] for d in done if lo <= size_packets(d["size_bytes"]) <= hi]
-        if fct:
-            out.append({"packets": f"{lo}" if lo == hi else f"{lo}-{hi}", "packets_lo": lo, "packets_hi": hi,
-                        "transfers": len(fct), "mean_s": round(statistics.fmean(fct), 6),
-                        "median_s": round(percentile(fct, 0.5), 6), "p95_s": round(percentile(fct, 0.95), 6),
-                        "retrans_mean": None, "with_retrans": None})  # fmt: skip
-    return out
 
 
 TwinSpec = LossSpec | MixSpec
