@@ -41,8 +41,9 @@ def measure(link: str, flows: int, buffer_packets: int, out) -> dict:
 
 def utilization(link: str, flows: int, buffer_packets: int, tmp_path) -> float:
     """The median of the run's 20 one-second utilization samples: the statistic a search decides on.
-    The mean of a one-flow emulated run can fall 2-4 points under it when the flow stalls for a second
-    or so at half its window (docs/lab/links.md), which the twin's TCP does not do."""
+    The mean of a one-flow emulated run fell up to 2.5 points under it when the unpaced flow stalled
+    for a second or so at half its window after a burst of drops (docs/lab/links.md), which the twin's
+    TCP does not do."""
     result = measure(link, flows, buffer_packets, tmp_path / f"{link}-n{flows}-b{buffer_packets}")
     samples = result["points"][0]["utilization_samples"]
     print(f"{link}, {flows} flows, {buffer_packets} packets: median {samples['median']}, mean "

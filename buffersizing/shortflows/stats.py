@@ -46,8 +46,8 @@ def size_bins(rows: Sequence[dict]) -> list[tuple[int, int]]:
 
 def fct_by_size(rows: Sequence[dict]) -> list[dict]:
     """Completion time of the finished transfers per length bin: count, mean, median, p95 (s), and
-    the mean retransmissions and the share retransmitting (None where the rows do not count them:
-    the twin's)."""
+    the mean retransmissions and the share retransmitting (None unless every row counts them: the
+    twin's rows do not)."""
     done = [r for r in rows if r["status"] == "done"]
     out = []
     for lo, hi in size_bins(done):
@@ -55,7 +55,7 @@ def fct_by_size(rows: Sequence[dict]) -> list[dict]:
         if not sel:
             continue
         fct = [r["fct_s"] for r in sel]
-        retrans = [r["retrans"] for r in sel if r.get("retrans") is not None]
+        counted = all(r.get("retrans") is not None for r in sel)
         out.append(
             {
                 "packets": f"{lo}" if lo == hi else f"{lo}-{hi}",
@@ -65,8 +65,8 @@ def fct_by_size(rows: Sequence[dict]) -> list[dict]:
                 "mean_s": round(statistics.fmean(fct), 6),
                 "median_s": round(percentile(fct, 0.5), 6),
                 "p95_s": round(percentile(fct, 0.95), 6),
-                "retrans_mean": round(statistics.fmean(retrans), 3) if retrans else None,
-                "with_retrans": round(sum(n > 0 for n in retrans) / len(sel), 4) if retrans else None,
+                "retrans_mean": round(statistics.fmean(r["retrans"] for r in sel), 3) if counted else None,
+                "with_retrans": round(sum(r["retrans"] > 0 for r in sel) / len(sel), 4) if counted else None,
             }
         )
     return out
