@@ -60,13 +60,13 @@ RECOVERY_ROWS: list[tuple[str, list[str]]] = [
 CHILD = """
 import sys
 from pathlib import Path
-import bufsize.sim.search as ss
+import bufsize.scaffold.twin as tw
 import bufsize.topologies.nssim as nssim
 from bufsize.cli import main
 helper, version, wheel, *argv = sys.argv[1:]
-nssim.HELPER = ss.HELPER = Path(helper)
-ss.ns3_version = lambda: version
-ss.NS3_WHEEL = wheel
+nssim.HELPER = tw.HELPER = Path(helper)
+tw.ns3_version = lambda: version
+tw.NS3_WHEEL = wheel
 sys.exit(main(argv))
 """
 

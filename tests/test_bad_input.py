@@ -214,8 +214,8 @@ def in_process(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr("bufsize.remote.run.check_out_dir", tripwire)  # remote: past validation, commit included
     monkeypatch.setattr("bufsize.topologies.config.delay_backend", tripwire)  # DumbbellConfig.backend()
     monkeypatch.setattr("bufsize.topologies.machine.qdisc_support", tripwire)
-    monkeypatch.setattr("bufsize.sim.measure.run_sim_measure", tripwire)  # the twin: past validation, it simulates
-    monkeypatch.setattr("bufsize.sim.search.run_sim_search", tripwire)
+    monkeypatch.setattr("bufsize.longlived.measure.run_measure", tripwire)  # the twin: past validation, it simulates
+    monkeypatch.setattr("bufsize.longlived.search.run_search", tripwire)
     monkeypatch.setattr("bufsize.longlived.sweep.run_sweep", tripwire)  # the twin's sweep: it would simulate
     monkeypatch.setattr("bufsize.sim.shortexp.run_twin_series", tripwire)
     monkeypatch.setattr("bufsize.longlived.utiltable.run_util_table", tripwire)  # sim util-table: it would simulate

@@ -58,6 +58,7 @@ from bufsize.longlived.verify import (
     measure_rate,
     summarize,
 )
+from bufsize.scaffold.runs import Emulated
 from bufsize.topologies import FRAME_BYTES, netns, shaper, sysctl
 from bufsize.topologies.config import DumbbellConfig, resolve_shaper
 from bufsize.topologies.delay import HELPER, netem_commands
@@ -304,7 +305,7 @@ def test_a_short_measure_with_the_defaults_runs_on_the_line_and_reports_its_fide
     assert backend == "delayline"
     opts = MeasureOptions(flows=2, duration_s=4.0, settle_s=1.0, reference_s=2.0, fidelity_s=1.0, warmup_s=3.0)
     opts.validate(cfg)
-    result = run_measure(cfg, backend, [cfg.initial_buffer_bytes()], opts, None, log=lambda s: None)
+    result = run_measure(cfg, Emulated(backend, None, lambda s: None), [cfg.initial_buffer_bytes()], opts)
     show(f"measure on the line: utilization {result['utilization']}, fidelity {result['fidelity']}")
     assert result["config"]["shaper"] == "line" and result["delay_backend"] == "delayline"
     assert result["shaper_choice"]["requested"] == "auto" and result["shaper_choice"]["used"] == "line"

@@ -10,10 +10,11 @@ import pytest
 from conftest import BUFSIZE
 
 from bufsize.longlived.measure import REFERENCE_BDPS
-from bufsize.longlived.search import SearchOptions
+from bufsize.longlived.search import SearchOptions, run_search
 from bufsize.longlived.sweep import open_sweep
 from bufsize.scaffold.cluster import Where
-from bufsize.sim.search import check_start_buffer, run_sim_search, start_packets
+from bufsize.scaffold.runs import Simulated
+from bufsize.scaffold.twin import check_start_buffer, start_packets
 from bufsize.sim.sweep import SimSweepSpec, twin_runner
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.errors import UsageError
@@ -57,8 +58,8 @@ def test_search_started_small_calibrates_at_two_bdp_and_answers_alike():
     packets)."""
     said: list[str] = []
     opts = SearchOptions(flows=10)
-    small = run_sim_search(SMALL, opts, say=said.append, start_buffer="small")
-    usual = run_sim_search(SMALL, opts, say=lambda s: None)
+    small = run_search(SMALL, Simulated(None, said.append, "small"), opts)
+    usual = run_search(SMALL, Simulated(None, lambda s: None), opts)
     assert usual["start_buffer"] == "calibration"
     assert usual["start_buffer_packets"] == usual["calibration_buffer_packets"]
     assert small["start_buffer"] == "small"

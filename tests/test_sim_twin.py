@@ -17,8 +17,8 @@ import psutil
 import pytest
 from conftest import BUFSIZE, killed_if_left
 
-from bufsize.longlived.search import SearchOptions
-from bufsize.sim.search import run_sim_search
+from bufsize.longlived.search import SearchOptions, run_search
+from bufsize.scaffold.runs import Simulated
 from bufsize.topologies.errors import RunError, UsageError
 from bufsize.topologies.nssim import HELPER, NS3_WHEEL, SimConfig, SimDumbbell, ns3_version, twin_ready
 
@@ -32,7 +32,7 @@ def small(seed: int, flows: int = 10, cc: str = "reno") -> SimConfig:
 
 
 def search(seed: int, **kw: object) -> dict:
-    return run_sim_search(small(seed), SearchOptions(flows=10, **kw), say=lambda s: None)  # type: ignore[arg-type]
+    return run_search(small(seed), Simulated(None, lambda s: None), SearchOptions(flows=10, **kw))  # type: ignore[arg-type]
 
 
 def test_twin_is_built_against_the_pinned_ns3():
@@ -102,14 +102,14 @@ def test_fresh_starts_measure_each_buffer_in_a_run_of_its_own():
     """With fresh starts, each probe at a buffer other than the last one's starts a new simulator (its
     clock starts again, its seed its own); without, one run goes on. The search is still a search."""
     opts = SearchOptions(flows=10)
-    fresh = run_sim_search(small(1), opts, say=lambda s: None, fresh_starts=True)
+    fresh = run_search(small(1), Simulated(None, lambda s: None, fresh_starts=True), opts)
     moved = [m for prev, m in zip(fresh["measurements"], fresh["measurements"][1:], strict=False)
              if m["buffer_packets"] != prev["buffer_packets"]]  # fmt: skip
     assert fresh["fresh_starts"] == 2 + len(moved)  # the search's own run, the first probe's, each move
     first = fresh["measurements"][0]["t_start"]
     assert moved and all(m["t_start"] <= first + 1 for m in moved)  # each a fresh clock: warm-up and settle
     assert fresh["valid"] and fresh["flags"]["flows_held_until_all_up"]
-    one = run_sim_search(small(1), opts, say=lambda s: None)
+    one = run_search(small(1), Simulated(None, lambda s: None), opts)
     starts = [m["t_start"] for m in one["measurements"]]
     assert one["fresh_starts"] == 0 and starts == sorted(starts) and starts[-1] > first + 10
     assert abs(fresh["buffer_packets"] - one["buffer_packets"]) <= 2  # the same link, near the same answer

@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,11 +21,14 @@ from bufsize.scaffold.display import Display
 from bufsize.scaffold.experiment import Say, stderr_say
 from bufsize.scaffold.projectfiles import QUICK_REFERENCE_DIR
 from bufsize.scaffold.resultdir import check_out_dir, exit_status, table_rows
+from bufsize.scaffold.runs import Emulated
+from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.machine import delay_backend, require_root
 
 if TYPE_CHECKING:
+    from bufsize.longlived.search import SearchOptions
     from bufsize.longlived.sweep import PointRunner, SweepSpecLike
 
 
@@ -92,8 +96,18 @@ def cmd_flows(a: argparse.Namespace) -> int:
     return 0
 
 
+def resolved_config(cfg: DumbbellConfig, opts: SearchOptions) -> dict:
+    """What a search would run, for `--print-config`: every field of the link and of the search, as
+    resolved from the options (one RTT as a number when every host has it; None: decided at run time,
+    such as the shaper's burst or the settle and sample times, which follow the dynamics)."""
+    rtt = cfg.rtt_ms[0] if len(set(cfg.rtt_ms)) == 1 else cfg.rtt_ms
+    link = asdict(cfg) | {"rtt_ms": rtt, "bdp_packets": round(cfg.bdp_bytes / FRAME_BYTES, 1)}
+    link.pop("buffer_bytes")  # the search chooses the buffer
+    return {"flows": opts.flows, **link, **{k: v for k, v in asdict(opts).items() if k != "flows"}}
+
+
 def cmd_search(a: argparse.Namespace) -> int:
-    from bufsize.longlived.search import resolved_config, run_search
+    from bufsize.longlived.search import run_search
     from bufsize.longlived.sweep import spec_from_args
 
     if a.buffer_bytes is not None or a.buffer_packets is not None:
@@ -107,7 +121,7 @@ def cmd_search(a: argparse.Namespace) -> int:
     if not a.json:
         print(f"method: preset {spec.preset}{'' if a.preset else ' (the published figures; --preset to choose)'},"
               " with the flags given over it (--print-config shows all)", file=sys.stderr)  # fmt: skip
-    result = run_search(cfg, cfg.backend(), opts, out, log=quiet_if(a.json))
+    result = run_search(cfg, Emulated(cfg.backend(), out, quiet_if(a.json)), opts)
     if a.json:
         print(json.dumps(result, indent=1))
     elif out is not None:
@@ -135,7 +149,7 @@ def cmd_measure(a: argparse.Namespace) -> int:
     require_root()
     out = result_dir(a)
     assert cfg.buffer_bytes is not None
-    result = run_measure(cfg, cfg.backend(), [cfg.buffer_bytes], opts, out, log=quiet_if(a.json))
+    result = run_measure(cfg, Emulated(cfg.backend(), out, quiet_if(a.json)), [cfg.buffer_bytes], opts)
     print(json.dumps(result, indent=1) if a.json else format_measure(result, out))
     return exit_status(result)
 

@@ -31,6 +31,8 @@ from bufsize.longlived.sweep import search_rule
 from bufsize.scaffold.cluster import KINDS, Where
 from bufsize.scaffold.lists import parse_float_list, parse_flow_list
 from bufsize.scaffold.resultdir import check_out_dir, exit_status
+from bufsize.scaffold.runs import MAX_SIM_BUFFER_PACKETS, Simulated
+from bufsize.scaffold.twin import check_start_buffer
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import parse_rtts
 from bufsize.topologies.errors import UsageError
@@ -220,21 +222,24 @@ def search_options(a: argparse.Namespace, flows: int, pre: dict | None = None) -
     return SearchOptions(flows=flows, **search_rule(pre or {}, given))
 
 
+def twin(a: argparse.Namespace, out: Path | None = None, fresh_starts: bool = False) -> Simulated:
+    say = quiet_if(getattr(a, "json", False)) or (lambda s: print(s, file=sys.stderr, flush=True))
+    return Simulated(out, say, a.start_buffer, fresh_starts)
+
+
 def cmd_sim_search(a: argparse.Namespace) -> int:
-    from bufsize.sim.search import check_start_buffer, run_sim_search, validate
+    from bufsize.longlived.search import check_search, run_search
 
     pre = method(a)
     cfg = sim_config(a, a.flows, a.hosts if a.hosts is not None else min(a.flows, 400), a.seed)
     opts = search_options(a, a.flows, pre)
-    validate(cfg, opts)
-    check_start_buffer(a.start_buffer)
+    check_search(cfg, twin(a), opts)
     resolved = {"preset": pre["name"], "config": cfg.to_dict(), "search": opts, "start_buffer": a.start_buffer,
                 "fresh_starts": a.fresh_starts}  # fmt: skip
     if printed_config(a, resolved):
         return 0
     out = result_dir(a)
-    say = quiet_if(a.json) or (lambda s: print(s, file=sys.stderr, flush=True))
-    result = run_sim_search(cfg, opts, out, say, start_buffer=a.start_buffer, fresh_starts=a.fresh_starts)
+    result = run_search(cfg, twin(a, out, a.fresh_starts), opts)
     if a.json:
         print(json.dumps(result, indent=1))
     elif out is not None:
@@ -243,25 +248,22 @@ def cmd_sim_search(a: argparse.Namespace) -> int:
 
 
 def cmd_sim_measure(a: argparse.Namespace) -> int:
-    """The emulated measure on the twin (sim/measure.py): the same options, steps and result keys."""
-    from bufsize.longlived.measure import MeasureOptions, format_measure
-    from bufsize.sim.measure import run_sim_measure
-    from bufsize.sim.search import check_start_buffer
+    """The emulated measure on the twin: the same options, steps and result keys."""
+    from bufsize.longlived.measure import MeasureOptions, format_measure, run_measure
 
     cfg = sim_config(a, a.flows, a.hosts if a.hosts is not None else min(a.flows, 400), a.seed)
     opts = MeasureOptions(a.flows, a.duration, a.settle_s, a.sample_s, a.reference_s, warmup_s=a.warmup_s,
                           fidelity_s=0.0)  # fmt: skip
     opts.validate(cfg)
-    if not 1 <= a.buffer_packets <= 10_000_000:
-        raise UsageError(f"--buffer-packets {a.buffer_packets}: must be from 1 to 10000000")
+    if not 1 <= a.buffer_packets <= MAX_SIM_BUFFER_PACKETS:
+        raise UsageError(f"--buffer-packets {a.buffer_packets}: must be from 1 to {MAX_SIM_BUFFER_PACKETS}")
     check_start_buffer(a.start_buffer)
     resolved = {"config": cfg.to_dict(), "buffer_packets": a.buffer_packets, "options": opts,
                 "start_buffer": a.start_buffer}  # fmt: skip
     if printed_config(a, resolved):
         return 0
     out = result_dir(a)
-    say = quiet_if(a.json) or (lambda s: print(s, file=sys.stderr, flush=True))
-    result = run_sim_measure(cfg, [a.buffer_packets], opts, out, say, a.start_buffer)
+    result = run_measure(cfg, twin(a, out), [a.buffer_packets * FRAME_BYTES], opts)
     print(json.dumps(result, indent=1) if a.json else format_measure(result, out))
     return exit_status(result)
 
@@ -293,12 +295,10 @@ def cmd_sim_sweep(a: argparse.Namespace) -> int:
 
 
 def cmd_sim_util_table(a: argparse.Namespace) -> int:
-    """The emulated util-table's rows and columns, each row measured on the twin (sim/measure.py)."""
+    """The emulated util-table's rows and columns, each row measured on the twin."""
     from bufsize.cli.commands import table_written
-    from bufsize.longlived.measure import MeasureOptions
+    from bufsize.longlived.measure import MeasureOptions, run_measure
     from bufsize.longlived.utiltable import MAX_MULTIPLE, check_table, run_util_table
-    from bufsize.sim.measure import run_sim_measure
-    from bufsize.sim.search import check_start_buffer
 
     flows = parse_flow_list(a.flows)
     multiples = parse_float_list("--multiples", a.multiples, 0, MAX_MULTIPLE)
@@ -315,7 +315,7 @@ def cmd_sim_util_table(a: argparse.Namespace) -> int:
     say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
 
     def measure(n: int, buffers: list[int], d: Path) -> None:
-        run_sim_measure(configs[n], [b // FRAME_BYTES for b in buffers], opts[n], d, say, a.start_buffer)
+        run_measure(configs[n], Simulated(d, say, a.start_buffer), buffers, opts[n])
 
     paths = run_util_table(out, flows, multiples, a.hosts, configs.__getitem__, opts.__getitem__, measure, say)
     return table_written(a, out, paths)

@@ -20,6 +20,7 @@ import sys
 from bufsize.longlived.search import SearchOptions, run_search
 from bufsize.mininet.adapter import make_view
 from bufsize.monitors.live import monitor
+from bufsize.scaffold.runs import Emulated
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.dumbbell import Dumbbell
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # 6. A search builds its own dumbbell and returns a result dictionary (as `bufsize search` writes).
     if a.search:
-        result = run_search(cfg, delay_backend("auto"), SearchOptions(flows=FLOWS, samples=3))
+        result = run_search(cfg, Emulated(delay_backend("auto")), SearchOptions(flows=FLOWS, samples=3))
         print(f"\nsmallest buffer for 99 %: {result['buffer_packets']} packets (theory {small_packets})")
     return 0
 

@@ -12,18 +12,18 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bufsize.longlived.dynamics import auto_timing
 from bufsize.monitors.tcpstats import recovery_shares
 from bufsize.scaffold.cautions import describe as describe_cautions
-from bufsize.scaffold.experiment import MAX_WAIT_S, MIN_SAMPLE_S, Experiment, Say, check_fidelity_s
-from bufsize.scaffold.link import EmulatedLink, LinkSpec, SampledLink
+from bufsize.scaffold.experiment import MAX_WAIT_S, MIN_SAMPLE_S, Say, check_fidelity_s
+from bufsize.scaffold.link import LinkSpec, SampledLink
+from bufsize.scaffold.runs import OnLink
 from bufsize.topologies import FRAME_BYTES
-from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.errors import UsageError
-from bufsize.topologies.units import check_buffer_bytes, check_number
+from bufsize.topologies.units import check_number
 from bufsize.traffic.longflows import split_flows
 
 REFERENCE_BDPS = 2
@@ -172,56 +172,46 @@ def point_fields(cfg: LinkSpec, points: list[dict]) -> dict:
     return fields
 
 
-def run_measure(
-    cfg: DumbbellConfig,
-    backend: str,
-    buffers_bytes: list[int],
-    opts: MeasureOptions,
-    out: Path | None = None,
-    log: Say | None = None,
-) -> dict:
-    """Measure at each buffer in turn on one dumbbell; return (and, with `out`, write) the result."""
+def run_measure(cfg: LinkSpec, on: OnLink, buffers_bytes: list[int], opts: MeasureOptions) -> dict:
+    """Measure at each buffer in turn on one link (emulated or the twin, as `on` names it); return
+    (and, with its `out`, write) the result."""
     opts.validate(cfg)
+    on.validate(cfg, opts.flows)
     if not buffers_bytes:
         raise UsageError("give at least one buffer")
     for b in buffers_bytes:
-        check_buffer_bytes(b)
+        on.check_buffer(b)
     warm_buffer = warm_buffer_bytes(cfg, buffers_bytes, opts)
-    cfg = replace(cfg, buffer_bytes=warm_buffer)
-    ex = Experiment(cfg, backend, "measure", out, log, require_recorder=True, saves_result=True)
-    say = ex.say
+    run = on.run(cfg, "measure", warm_buffer, min(buffers_bytes) // FRAME_BYTES, require_recorder=True)
+    cfg, say = run.cfg, run.say
     say(
-        f"measure: {opts.flows} flows over {cfg.hosts} hosts, {cfg.rate_mbps:g} Mb/s, "
+        f"{run.label}: {opts.flows} flows over {cfg.hosts} hosts, {cfg.rate_mbps:g} Mb/s, "
         f"RTT {min(cfg.rtt_ms):g}..{max(cfg.rtt_ms):g} ms, "
         f"cc {cfg.cc}; BDP {pipe_packets(cfg):.0f} packets (mean RTT); "
         f"buffers {', '.join(f'{b / FRAME_BYTES:.0f}' for b in buffers_bytes)} "
-        f"packets, {opts.duration_s:g} s each" + "".join(f"; {c}" for c in cfg.tcp_changes())
+        f"packets, {opts.duration_s:g} s each" + run.describe()
     )
     points: list[dict] = []
     reference = None
-    with ex:
-        assert ex.net is not None
-        flows = ex.start_flows(opts.flows, opts.tool)
-        assert ex.recorder is not None  # started with the flows (require_recorder)
-        rec = ex.recorder.rec
-        ex.partial = lambda: {"reference_rate_mbps": reference, "points": points}
-        link = EmulatedLink(ex.net, flows, ex.sleep, lambda: rec.queue, t_wall=ex.t_wall)
+    with run:
+        link = run.open_link(opts.flows, opts.tool)
+        run.partial = lambda: {"reference_rate_mbps": reference, "points": points}
         try:
             given = " (--warmup-s)" if opts.warmup_s is not None else ""
-            warm = lambda s: ex.warm_up(s, f"at {warm_buffer // FRAME_BYTES} packets{given}")  # noqa: E731
+            warm = lambda s: run.warm_up(lambda _: s, f"at {warm_buffer // FRAME_BYTES} packets{given}")  # noqa: E731
             reference = warm_and_reference(link, opts.flows, warm_buffer, opts, warm, say)
-            ex.trace_fidelity(opts.fidelity_s)
-            sums = lambda t0, t1: [s for t, _, s, _ in rec.cwnd_sum if t0 <= t <= t1]  # noqa: E731
+            run.trace_fidelity(opts.fidelity_s)
             for b in buffers_bytes:
-                points.append(measure_buffer(link, opts.flows, b, opts, sums))
+                points.append(measure_buffer(link, opts.flows, b, opts, run.cwnd_sums))
                 say(point_line(points[-1], link.clock_text()))
         finally:
             link.close()
-    return ex.finish(
+    idles = [p["cpu"]["idle"] for p in points if p["cpu"]]
+    return run.finish(
         point_fields(cfg, points),
         {},
         reference_mbps=reference,
-        cpu_idle_min=min(p["cpu"]["idle"] for p in points),
+        cpu_idle_min=min(idles) if idles else None,
         options=asdict(opts),
     )
 

@@ -14,7 +14,7 @@ import csv
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bufsize.longlived.conditioning import conditioning
@@ -35,16 +35,15 @@ from bufsize.monitors.cpu import SAMPLE_STEAL_LIMIT, steal_note
 from bufsize.monitors.recorder import queue_stats
 from bufsize.monitors.tcpstats import recovery_shares
 from bufsize.scaffold.cautions import describe as describe_cautions
-from bufsize.scaffold.experiment import MAX_WAIT_S, MIN_SAMPLE_S, Experiment, Say, check_fidelity_s
-from bufsize.scaffold.link import EmulatedLink, LinkSpec, SampledLink, Taken
+from bufsize.scaffold.experiment import MAX_WAIT_S, MIN_SAMPLE_S, check_fidelity_s
+from bufsize.scaffold.link import LinkSpec, SampledLink, Taken
+from bufsize.scaffold.runs import OnLink
 from bufsize.theory.ccrules import rule_for
 from bufsize.topologies import FRAME_BYTES
-from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.delay import line_lost_share
 from bufsize.topologies.errors import RunError, UsageError
 from bufsize.topologies.safefiles import atomic_text
 from bufsize.topologies.units import check_number
-from bufsize.traffic.longflows import split_flows
 
 CALIBRATION_BDPS = 2  # calibration buffer, in bandwidth-delay products
 # Calibration takes half its samples, and the rest only if those differ by more than this share: at
@@ -94,12 +93,6 @@ class SearchOptions:
     # > 0: a sample during which the hypervisor took more than this share of all CPU time is retaken
     # (monitors/rate.quiet_samples); 0 keeps every sample.
     max_sample_steal: float = SAMPLE_STEAL_LIMIT
-
-    def validate(self, cfg: DumbbellConfig) -> None:
-        """Every option, then whether a search of this link with this many flows means anything."""
-        split_flows(self.flows, 1)  # at most the flows one machine can emulate
-        self.validate_rule()
-        check_searchable(cfg, self.flows)
 
     def validate_rule(self) -> None:
         """The options of the search itself, whatever runs it (the emulation or the twin)."""
@@ -168,17 +161,7 @@ def default_samples(precision: float) -> int:
     return 3 if precision else 5
 
 
-def resolved_config(cfg: DumbbellConfig, opts: SearchOptions) -> dict:
-    """What a search would run, for `--print-config`: every field of the link and of the search, as
-    resolved from the options (one RTT as a number when every host has it; None: decided at run time,
-    such as the shaper's burst or the settle and sample times, which follow the dynamics)."""
-    rtt = cfg.rtt_ms[0] if len(set(cfg.rtt_ms)) == 1 else cfg.rtt_ms
-    link = asdict(cfg) | {"rtt_ms": rtt, "bdp_packets": round(cfg.bdp_bytes / FRAME_BYTES, 1)}
-    link.pop("buffer_bytes")  # the search chooses the buffer
-    return {"flows": opts.flows, **link, **{k: v for k, v in asdict(opts).items() if k != "flows"}}
-
-
-def check_searchable(cfg: DumbbellConfig, flows: int) -> None:
+def check_searchable(cfg: LinkSpec, flows: int) -> None:
     """Refuse links on which the search cannot mean anything, before anything is built.
 
     Two lower bounds, both about the link's pipe (RTT x C at the longest RTT) against N:
@@ -210,7 +193,7 @@ def check_searchable(cfg: DumbbellConfig, flows: int) -> None:
         )
 
 
-def theory(cfg: DumbbellConfig, flows: int) -> dict:
+def theory(cfg: LinkSpec, flows: int) -> dict:
     """RTT*C/sqrt(N) as Appenzeller 2004 defines it: with spread RTTs the pipe is C times the mean RTT (the
     sum of windows is compared with it, as util-table does). The calibration buffer is still sized at
     the largest RTT (CALIBRATION_BDPS x cfg.bdp_bytes), so every flow's pipe is covered."""
@@ -235,7 +218,7 @@ class FirstGuess:
         return {"packets": self.packets, "from": self.source}
 
 
-def model_guess(cfg: DumbbellConfig, flows: int, th: dict) -> FirstGuess:
+def model_guess(cfg: LinkSpec, flows: int, th: dict) -> FirstGuess:
     """The rule for the congestion control in use (theory/ccrules.py): for cubic about half of
     RTT*C/sqrt(N), nearer its committed answers (0.24-0.44 of it) than Reno's rule; Reno's rule for a
     congestion control without one of its own."""
@@ -478,7 +461,7 @@ def answer_fields(
     measurements: list[Measurement],
 ) -> dict:
     """What a search's result says about its answer and how it was reached: the keys the emulated
-    search and the ns-3 twin (buffersizing/sim/search.py) share."""
+    search and the ns-3 twin share."""
     answer = res.buffer_packets
     return {
         "buffer_packets": answer,
@@ -507,6 +490,7 @@ def answer_fields(
             (round(m.loss_rate, 6) for m in reversed(measurements) if m.buffer_packets == answer), None
         ),
         "tcp_at_answer": tcp_at(answer, measurements),
+        "queue_at_answer": next((m.queue for m in reversed(measurements) if m.buffer_packets == answer), None),
         "probes": [asdict(p) for p in res.probes],
         "measurements": [asdict(m) | {"loss_rate": round(m.loss_rate, 6)} for m in measurements],
     }
@@ -549,54 +533,52 @@ def add_machine_fields(fields: dict, measurements: list[Measurement], target: fl
     return {"line_kept_time": kept}, (min(idles) if idles else None)
 
 
-def run_search(
-    cfg: DumbbellConfig,
-    backend: str,
-    opts: SearchOptions,
-    out: Path | None = None,
-    log: Say | None = None,
-    hint: FirstGuess | None = None,
-) -> dict:
-    """Run one search end to end and return (and, with `out`, write) its result. `hint`: a first
-    guess from elsewhere (a sweep's earlier points) instead of the congestion control's rule.
-    One function because the calibration and the search run inside one `with ex:` block on the same
-    live dumbbell and flows, and the partial record a failure saves closes over their state."""
-    opts.validate(cfg)
+def check_search(cfg: LinkSpec, on: OnLink, opts: SearchOptions) -> None:
+    """Every check a search makes of its link and options before anything is built or simulated."""
+    on.validate(cfg, opts.flows)
+    opts.validate_rule()
+    check_searchable(cfg, opts.flows)
+
+
+def run_search(cfg: LinkSpec, on: OnLink, opts: SearchOptions, hint: FirstGuess | None = None) -> dict:
+    """Run one search end to end on the link `on` names (emulated or the twin) and return (and, with
+    its `out`, write) its result. `hint`: a first guess from elsewhere (a sweep's earlier points)
+    instead of the congestion control's rule. One function because the calibration and the search run
+    inside one `with run:` block on the same live link and flows, and the partial record a failure
+    saves closes over their state."""
+    check_search(cfg, on, opts)
     th = theory(cfg, opts.flows)
     cal_packets = math.ceil(CALIBRATION_BDPS * cfg.bdp_bytes / FRAME_BYTES)
-    cfg = replace(cfg, buffer_bytes=cal_packets * FRAME_BYTES)
-    ex = Experiment(cfg, backend, "search", out, log, saves_result=True)
-    say = ex.say
+    guess = hint or model_guess(cfg, opts.flows, th)
+    run = on.run(cfg, "search", cal_packets * FRAME_BYTES, guess.packets)
+    cfg, say = run.cfg, run.say
     say(
-        f"search: {opts.flows} flows over {cfg.hosts} hosts, {cfg.rate_mbps:g} Mb/s, RTT {max(cfg.rtt_ms):g} ms, "
+        f"{run.label}: {opts.flows} flows over {cfg.hosts} hosts, {cfg.rate_mbps:g} Mb/s, RTT {max(cfg.rtt_ms):g} ms, "
         f"cc {cfg.cc}, target {opts.target:.1%} of the {opts.relative_to} rate; BDP {th['bdp_packets']:.0f} packets, "
-        f"RTT*C/sqrt(N) {th['theory_sqrt_n_packets']:.1f}" + "".join(f"; {c}" for c in cfg.tcp_changes())
+        f"RTT*C/sqrt(N) {th['theory_sqrt_n_packets']:.1f}" + run.describe()
     )
-    with ex:
-        assert ex.net is not None
-        flows = ex.start_flows(opts.flows, opts.tool)
-        trace = (lambda: ex.recorder.rec.queue) if ex.recorder else None
+    with run:
         notes = lambda m: steal_note(m.cpu) + lost_note(m, opts.target)  # noqa: E731
-        link = EmulatedLink(ex.net, flows, ex.sleep, trace, note=notes, t_wall=ex.t_wall)
+        link = run.open_link(opts.flows, opts.tool, notes, lambda b: prober.timing(b).warmup_s)
         prober = Prober(link, opts, cfg.rate_mbps)
         say(f"  samples: {sample_rule(opts)}; {steal_rule(opts)}")
-        ex.write_partial = lambda d: write_samples_csv(d / "samples.csv", prober.measurements)
+        run.write_partial = lambda d: write_samples_csv(d / "samples.csv", prober.measurements)
         cal_rates: list[float] = []
         search: MedianSearch | None = None
         first: FirstGuess | None = None
-        ex.partial = lambda: {
+        run.partial = lambda: {
             "calibration_rates_mbps": [round(r, 3) for r in cal_rates],
             "probes": [asdict(p) for p in search.probes] if search else [],
             "measurements": [asdict(m) for m in prober.measurements],
         }
         try:
-            ex.warm_up(prober.timing(link.buffer_bytes).warmup_s, f"at {cal_packets} packets")
+            run.warm_up(lambda b: prober.timing(b).warmup_s, f"at {cal_packets} packets")
             cal_rates = calibrate(prober, cfg.rate_mbps, max(10, 2 * opts.samples), say)
             reference = statistics.median(cal_rates)
-            ex.trace_fidelity(opts.fidelity_s)
+            run.trace_fidelity(opts.fidelity_s)
             prober.denominator = reference if opts.relative_to == "reference" else cfg.rate_mbps
             top = min(cal_packets, opts.max_buffer_packets or cal_packets)
-            first = (hint or model_guess(cfg, opts.flows, th)) if opts.first_guess else None
+            first = guess if opts.first_guess else None
             if first:
                 say(f"  first probe at {first.packets} packets: {first.source}")
             search = median_search(prober, opts, top, cal_packets, first, say)
@@ -605,17 +587,19 @@ def run_search(
             link.close()
 
     answer = res.buffer_packets
-    if ex.recording:
+    if run.recording:
         # The whole recording, read after the run, fills in what the live trace had not yet reached.
         for m, span in zip(prober.measurements, prober.windows, strict=True):
             if span is not None:
-                m.queue = queue_stats(ex.recording.queue, *span)
+                m.queue = queue_stats(run.recording.queue, *span)
     fields = answer_fields(res, opts, th, cal_packets, top, first, loss_summary(prober, answer), cal_rates,
                            prober.measurements)  # fmt: skip
-    own_flags = {"converged": res.converged, "answer_below_search_top": answer < top}
-    line_flag, cpu_idle_min = add_machine_fields(fields, prober.measurements, opts.target)
-    own_flags |= line_flag
-    result = ex.finish(
+    own_flags: dict[str, bool | None] = {"converged": res.converged, "answer_below_search_top": answer < top}
+    cpu_idle_min = None
+    if any(m.cpu for m in prober.measurements):  # the machine's own checks, where it has them
+        line_flag, cpu_idle_min = add_machine_fields(fields, prober.measurements, opts.target)
+        own_flags |= line_flag
+    result = run.finish(
         fields,
         own_flags,
         reference_mbps=reference,
@@ -627,10 +611,10 @@ def run_search(
     say(
         f"  answer: {answer} packets ({answer * FRAME_BYTES} bytes), {result['ratio_to_theory']}x RTT*C/sqrt(N); "
         f"{'valid' if result['valid'] else 'FLAGGED: ' + ', '.join(k for k, v in flags.items() if v is False)}; "
-        f"{result['wall_seconds']:.0f} s"
+        f"{run.clock_note(result)}"
     )
     if result["conditioning"]["ill_conditioned"]:
         say(f"  {result['conditioning']['statement']}")
-    if result["cautions"]:
+    if result.get("cautions"):
         say(f"  {describe_cautions(result['cautions'])}")
     return result

@@ -23,12 +23,13 @@ from typing import ClassVar, Protocol
 from bufsize.longlived.dynamics import estimate_search_seconds
 from bufsize.longlived.points import Sweep, Task, clock, finished, point_dir, run_points
 from bufsize.longlived.presets import DEFAULT_PRESET, preset
-from bufsize.longlived.search import FirstGuess, SearchOptions, default_samples, run_search
+from bufsize.longlived.search import FirstGuess, SearchOptions, check_search, default_samples, run_search
 from bufsize.monitors.cpu import SAMPLE_STEAL_LIMIT
 from bufsize.scaffold.cluster import Where
 from bufsize.scaffold.lists import parse_flow_list
 from bufsize.scaffold.manifest import machine_manifest
 from bufsize.scaffold.resultdir import check_out_dir, read_finished, write_json_atomic
+from bufsize.scaffold.runs import Emulated
 from bufsize.scaffold.schema import stamp
 from bufsize.topologies.config import PACER_DEFAULT, DumbbellConfig, parse_rtts, resolve_shaper
 from bufsize.topologies.errors import UsageError
@@ -73,7 +74,7 @@ class SweepSpec:
         for n in self.flows:
             cfg = self.config(n)
             cfg.validate()
-            self.options(n).validate(cfg)
+            check_search(cfg, Emulated(cfg.delay_backend), self.options(n))
 
     def config(self, flows: int) -> DumbbellConfig:
         hosts = min(flows, self.max_hosts)
@@ -378,7 +379,7 @@ def emulated_runner(
     shaper = sweep_shapers(spec, backend)
 
     def search(n: int, r: int, d: Path) -> None:
-        run_search(spec.config(n), backend, spec.options(n), d, log=say, hint=sweep_guess(out, spec, n, r))
+        run_search(spec.config(n), Emulated(backend, d, say), spec.options(n), hint=sweep_guess(out, spec, n, r))
 
     return PointRunner(
         search,

@@ -23,6 +23,7 @@ from bufsize.longlived.report import REFERENCE_DIR, read_tsv
 from bufsize.scaffold.experiment import Say
 from bufsize.scaffold.link import LinkSpec
 from bufsize.scaffold.resultdir import check_out_dir, read_finished, write_json_atomic
+from bufsize.scaffold.runs import Emulated
 from bufsize.theory import model
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import MAX_HOSTS, DumbbellConfig
@@ -199,7 +200,7 @@ MeasureRow = Callable[[int, list[int], Path], object]
 def emulated_rows(
     config_for: Callable[[int], DumbbellConfig], opts_for: Callable[[int], MeasureOptions], backend: str, say: Say
 ) -> MeasureRow:
-    return lambda n, buffers, d: run_measure(config_for(n), backend, buffers, opts_for(n), d, say)
+    return lambda n, buffers, d: run_measure(config_for(n), Emulated(backend, d, say), buffers, opts_for(n))
 
 
 def run_util_table(

@@ -2,7 +2,7 @@
 
     with Experiment(cfg, backend, "search", out, say) as ex:   # builds; drop monitor on
         flows = ex.start_flows(n, tool)                        # flows up; recorder on
-        ex.warm_up(seconds)
+        ex.warm_up(lambda buffer_bytes: seconds)
         ex.trace_fidelity(seconds)
         ... the experiment's own measurements ...
     result = ex.finish(fields, flags, reference=..., cpu_idle_min=...)   # common flags, manifest, files
@@ -23,12 +23,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from bufsize.monitors.drops import DropMonitor, DropSummary
 from bufsize.monitors.fidelity import MIN_BUSY_GAPS, FidelityMonitor
 from bufsize.monitors.plots import plot_run, write_fidelity_csv
 from bufsize.monitors.recorder import Recorder, Recording, summary, write_csvs
 from bufsize.scaffold.cautions import cautions
+from bufsize.scaffold.link import EmulatedLink
 from bufsize.scaffold.manifest import machine_manifest
 from bufsize.scaffold.projectfiles import FIDELITY_2012
 from bufsize.scaffold.resultdir import write_json_atomic
@@ -108,6 +110,7 @@ class Experiment:
         self.shaper_choice = {"requested": cfg.shaper, "used": used, "why": why,
                               "warning": line_capacity_warning(used, cfg.hosts, rate_mbps=cfg.rate_mbps)}  # fmt: skip
         self.say: Say = say or stderr_say
+        self.label = kind
         self.require_recorder = require_recorder
         self.net: Dumbbell | None = None
         self.flows: LongFlows | None = None
@@ -119,6 +122,8 @@ class Experiment:
         self.fidelity: dict = {"available": False, "reason": "not traced"}
         self.departures: list[float] = []
         self.congestion_controls: dict[str, int] = {}
+        # The senders' summed windows traced between two monotonic times (with the recorder).
+        self.cwnd_sums: Callable[[float, float], list[float]] | None = None
         self.partial: Callable[[], dict] = dict  # the experiment's own data so far, saved if it fails
         self.write_partial: Callable[[Path], None] | None = None  # its own files so far (samples.csv)
         self.leftovers: list[str] = []  # what dead runs left on the machine when this one began
@@ -253,9 +258,33 @@ class Experiment:
         """Sleep, checking the run's health several times a second (a fault ends it promptly)."""
         sleep_checked(seconds, self.check_health)
 
-    def warm_up(self, seconds: float, where: str = "") -> None:
+    def warm_up(self, seconds_at: Callable[[int], float], where: str = "") -> None:
+        """Wait while the flows warm up at the current buffer (seconds_at: the warm-up at a buffer of so
+        many bytes)."""
+        assert self.net is not None
+        seconds = seconds_at(self.net.buffer_bytes)
         self.say(f"  warming up {seconds:.0f} s{' ' + where if where else ''}")
         self.sleep(seconds)
+
+    def open_link(self, flows: int, tool: str = "iperf", note: Callable[[Any], str] = lambda _: "",
+                  warm_s: Callable[[int], float] | None = None) -> EmulatedLink:  # fmt: skip
+        """Start `flows` long flows and the recorder; the link an experiment samples (scaffold/link.py).
+        `note`: a probe's progress text from the experiment's own checks; `warm_s` serves the twin's
+        fresh starts only."""
+        assert self.net is not None
+        started = self.start_flows(flows, tool)
+        rec = self.recorder.rec if self.recorder else None
+        if rec is not None:
+            self.cwnd_sums = lambda t0, t1: [s for t, _, s, _ in rec.cwnd_sum if t0 <= t <= t1]
+        trace = (lambda: rec.queue) if rec is not None else None
+        return EmulatedLink(self.net, started, self.sleep, trace, note=note, t_wall=self.t_wall)
+
+    def describe(self) -> str:
+        """What the run's first line adds about the link: the TCP settings changed from Linux's."""
+        return "".join(f"; {c}" for c in self.cfg.tcp_changes())
+
+    def clock_note(self, result: dict) -> str:
+        return f"{result['wall_seconds']:.0f} s"
 
     def trace_fidelity(self, seconds: float) -> dict:
         """Departures from the bottleneck for `seconds` (0: skip), summarized as in the 2012 figure."""

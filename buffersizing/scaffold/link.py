@@ -95,6 +95,10 @@ class SampledLink(Protocol):
         """How far the run has gone, on the link's clock, for progress lines."""
         ...
 
+    def close(self) -> None:
+        """Let go of what sampling holds (the emulation's counter readers); the run ends the link."""
+        ...
+
 
 class EmulatedLink:
     """The emulated dumbbell with its running long flows. `sleep` waits while checking the run's health
@@ -230,3 +234,6 @@ class SimulatedLink:
 
     def clock_text(self) -> str:
         return f"{self.net.sim_seconds:.0f} s simulated"
+
+    def close(self) -> None:
+        pass  # the run closes the simulator

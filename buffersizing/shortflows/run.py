@@ -252,7 +252,7 @@ def start_long_flows(
     warm = opts.long_warmup_s
     if warm is None:
         warm = max(MIN_WARMUP_S, auto_timing(cfg.cc, opts.long_flows, cfg.rate_mbps, rtt, buffer_bytes).warmup_s)
-    ex.warm_up(warm, "(long flows)")
+    ex.warm_up(lambda _: warm, "(long flows)")
 
 
 def snapshot(ex: Experiment, counters: InterfaceCounters) -> dict:

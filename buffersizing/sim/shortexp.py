@@ -28,12 +28,12 @@ from pathlib import Path
 
 from bufsize.scaffold.resultdir import check_out_dir, read_finished, write_json_atomic
 from bufsize.scaffold.schema import stamp
+from bufsize.scaffold.twin import simulator_manifest
 from bufsize.shortflows.loss import PUBLISHED, LossSpec, loss_rows, write_loss_report
 from bufsize.shortflows.mix import MixSpec, mix_rows, write_mix_report
 from bufsize.shortflows.run import ShortFlowOptions
 from bufsize.shortflows.series import run_points
 from bufsize.shortflows.stats import fct_by_size, offered_load
-from bufsize.sim.search import simulator_manifest
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.errors import UsageError

@@ -16,10 +16,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from bufsize.longlived.search import SearchOptions
+from bufsize.longlived.search import SearchOptions, check_search, run_search
 from bufsize.longlived.sweep import PointRunner
 from bufsize.scaffold.cluster import Where, place
-from bufsize.sim.search import check_start_buffer, run_sim_search, simulator_manifest, validate
+from bufsize.scaffold.runs import Simulated
+from bufsize.scaffold.twin import simulator_manifest
 from bufsize.topologies.config import parse_rtts
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.nssim import MAX_SIM_HOSTS, SimConfig
@@ -66,11 +67,10 @@ class SimSweepSpec:
             raise UsageError("--flows: give each number of flows once")
         if not 1 <= self.seeds <= 100:
             raise UsageError(f"--seeds {self.seeds}: must be from 1 to 100")
-        check_start_buffer(self.start_buffer)
         if not 1 <= self.max_hosts <= MAX_SIM_HOSTS:
             raise UsageError(f"--hosts {self.max_hosts}: must be from 1 to {MAX_SIM_HOSTS}")
         for n in self.flows:
-            validate(self.config(n, 1), self.options(n))
+            check_search(self.config(n, 1), Simulated(start_buffer=self.start_buffer), self.options(n))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -103,8 +103,8 @@ def twin_runner(spec: SimSweepSpec, where: Where) -> PointRunner:
     def search(n: int, seed: int, d: Path) -> None:
         with open_new(d / "search.log") as log:
             print(f"point N={n} seed {seed} on {place()}", file=log, flush=True)
-            run_sim_search(spec.config(n, seed), spec.options(n), d, say=lambda s: print(s, file=log, flush=True),
-                           start_buffer=spec.start_buffer)  # fmt: skip
+            say = lambda s: print(s, file=log, flush=True)  # noqa: E731
+            run_search(spec.config(n, seed), Simulated(d, say, spec.start_buffer), spec.options(n))
 
     return PointRunner(
         search,
