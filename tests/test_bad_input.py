@@ -217,7 +217,7 @@ def in_process(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr("bufsize.longlived.measure.run_measure", tripwire)  # the twin: past validation, it simulates
     monkeypatch.setattr("bufsize.longlived.search.run_search", tripwire)
     monkeypatch.setattr("bufsize.longlived.sweep.run_sweep", tripwire)  # the twin's sweep: it would simulate
-    monkeypatch.setattr("bufsize.sim.shortexp.run_twin_series", tripwire)
+    monkeypatch.setattr("bufsize.shortflows.series.run_series", tripwire)  # the twin's series: it would simulate
     monkeypatch.setattr("bufsize.longlived.utiltable.run_util_table", tripwire)  # sim util-table: it would simulate
     monkeypatch.setattr(cli.signal, "signal", lambda *a: None)  # main's handlers are for a whole process
     monkeypatch.chdir(tmp_path)  # plot's 'nan', 'inf', ... are paths relative to here

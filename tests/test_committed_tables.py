@@ -1,4 +1,5 @@
-"""The committed sweeps re-read by the current code give their committed tables, byte for byte.
+"""The committed sweeps and short-flow series re-read by the current code give their committed
+tables, byte for byte.
 
 A sweep's table.md and table.csv are derived from its result files alone (longlived/report.py), so a
 change to how results are read, summarized or laid out shows here as a changed committed table. A
@@ -8,12 +9,19 @@ the command the docs quote for it, read from the docs, so the test and the recor
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
 from bufsize.longlived.report import add_beside_cells, beside_label, load_results, summary_rows, write_table
+from bufsize.shortflows.fig10 import Fig10Spec
+from bufsize.shortflows.fig12 import Fig12Spec
+from bufsize.shortflows.loss import LossSpec
+from bufsize.shortflows.mix import MixSpec
+from bufsize.shortflows.transfer import TransferSpec
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results"
@@ -53,3 +61,44 @@ def test_a_committed_sweep_gives_its_committed_table(name, tmp_path):
     write_table(rows, tmp_path, [beside_label(results[0], o[0]) for o in others])
     for table in ("table.md", "table.csv"):
         assert (tmp_path / table).read_bytes() == (d / table).read_bytes(), f"{name}/{table}"
+
+
+SPECS = {"fig10": Fig10Spec, "fig12": Fig12Spec, "loss": LossSpec, "mix": MixSpec, "transfer": TransferSpec}
+SERIES = sorted(str(s.parent.relative_to(RESULTS)) for s in RESULTS.rglob("series.json"))
+
+
+def quoted_besides() -> dict[str, str]:
+    """Each twin series the docs quote a `bufsize sim shortexp ... --out DIR --beside EMULATED` command
+    for, and its emulated series (paths under results/)."""
+    text = " ".join(" ".join(p.read_text().split()) for p in sorted(DOCS.rglob("*.md")))
+    pairs = re.findall(r"bufsize sim shortexp \w+ --out results/([^\s`]+) --beside results/([^\s`]+?)`", text)
+    return {out: beside for out, beside in pairs if (RESULTS / out / "beside.md").exists()}
+
+
+def test_every_kind_of_committed_series_is_among_them():
+    kinds = {json.loads((RESULTS / s / "series.json").read_text())["experiment"] for s in SERIES}
+    assert kinds == {"fig10", "fig12", "loss", "mix", "transfer"}
+    assert any(s.startswith("twin/") for s in SERIES) and set(quoted_besides()) >= {"twin/loss-2026-11-27"}
+
+
+@pytest.mark.parametrize("name", SERIES)
+def test_a_committed_series_gives_its_committed_tables(name, tmp_path):
+    """A short-flow series' table.md and table.csv from its points' results alone, and a twin series'
+    beside.md from its own and the emulated series the docs name, quoted there as it is; the figure
+    is not compared."""
+    from bufsize.sim.shortexp import write_beside
+
+    d = RESULTS / name
+    meta = json.loads((d / "series.json").read_text())
+    spec = SPECS[meta["experiment"]](**meta["spec"])
+    for r in d.glob("*/result.json"):
+        (tmp_path / r.parent.name).mkdir()
+        shutil.copy(r, tmp_path / r.parent.name / "result.json")
+    spec.report(tmp_path)
+    for table in ("table.md", "table.csv"):
+        assert (tmp_path / table).read_bytes() == (d / table).read_bytes(), f"{name}/{table}"
+    if name in quoted_besides():
+        write_beside(tmp_path, spec, RESULTS / quoted_besides()[name])
+        assert (tmp_path / "beside.md").read_bytes() == (d / "beside.md").read_bytes(), f"{name}/beside.md"
+        quoted = "\n".join(p.read_text() for p in sorted(DOCS.rglob("*.md")))
+        assert (d / "beside.md").read_text() in quoted, f"the docs quote {name}/beside.md otherwise"

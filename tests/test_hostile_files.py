@@ -147,11 +147,11 @@ def test_a_write_that_fails_after_the_measurement_costs_that_file_not_the_result
 @pytest.mark.parametrize("content", ["[]", '{"spec": [1]}', "[" * 100_000, ""])
 def test_a_series_file_that_is_not_one_is_refused(tmp_path, content):
     from bufsize.shortflows.loss import LossSpec
-    from bufsize.shortflows.series import open_series
+    from bufsize.shortflows.series import EmulatedPoints, open_series
 
     (tmp_path / "series.json").write_text(content)
     with pytest.raises(UsageError, match="not a series file"):
-        open_series(tmp_path, LossSpec(), "delayline")
+        open_series(tmp_path, LossSpec(), EmulatedPoints("delayline"))
 
 
 def test_a_twin_sweep_manifest_nested_too_deep_is_refused(tmp_path):

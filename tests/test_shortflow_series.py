@@ -8,7 +8,7 @@ from dataclasses import asdict
 import pytest
 
 from bufsize.shortflows.fig10 import Fig10Spec, fig10_rows, write_fig10_report
-from bufsize.shortflows.series import open_series
+from bufsize.shortflows.series import EmulatedPoints, open_series
 from bufsize.topologies.errors import UsageError
 
 
@@ -31,10 +31,10 @@ def test_bad_lengths_are_refused() -> None:
 
 
 def test_a_series_directory_refuses_other_settings(tmp_path) -> None:
-    open_series(tmp_path, Fig10Spec(), "delayline")
-    open_series(tmp_path, Fig10Spec(), "delayline")  # the same settings resume
+    open_series(tmp_path, Fig10Spec(), EmulatedPoints("delayline"))
+    open_series(tmp_path, Fig10Spec(), EmulatedPoints("delayline"))  # the same settings resume
     with pytest.raises(UsageError, match="other settings"):
-        open_series(tmp_path, Fig10Spec(duration_s=10), "delayline")
+        open_series(tmp_path, Fig10Spec(duration_s=10), EmulatedPoints("delayline"))
 
 
 def test_a_series_made_before_a_setting_existed_resumes_at_its_default_only(tmp_path) -> None:
@@ -44,10 +44,10 @@ def test_a_series_made_before_a_setting_existed_resumes_at_its_default_only(tmp_
     for k in ("initcwnd", "max_window"):  # a transfer series from before these two settings
         del made[k]
     (tmp_path / "series.json").write_text(json.dumps({"experiment": "transfer", "spec": made}))
-    open_series(tmp_path, TransferSpec(), "delayline")
+    open_series(tmp_path, TransferSpec(), EmulatedPoints("delayline"))
     for changed in (TransferSpec(max_window=20), TransferSpec(initcwnd=2)):
         with pytest.raises(UsageError, match="other settings"):
-            open_series(tmp_path, changed, "delayline")
+            open_series(tmp_path, changed, EmulatedPoints("delayline"))
 
 
 def test_transfer_points_carry_the_initial_window_and_the_window_cap() -> None:
@@ -220,3 +220,21 @@ def test_fig12_points_step_down_a_ladder_and_report(tmp_path) -> None:
     table = (tmp_path / "table.md").read_text()
     # 14 packets from IW 2 at load 0.8: E[X^2]/E[X] = 6; F11 at 1 %: ln(100) x 0.8/0.4 x 6 / 2 = 55.3 packets.
     assert "| 10 | 14 | 2 | 0.790 | 0.1000 | 100 | 55.3 |" in table
+
+
+def test_neither_link_resumes_the_others_series(tmp_path) -> None:
+    """A series directory names its link: the emulated command refuses the twin's and the twin's
+    the emulated one, and the twin's refuses one run with another TCP."""
+    from bufsize.shortflows.loss import LossSpec
+    from bufsize.sim.shortexp import TwinPoints, TwinTcp
+
+    twin, emulated = tmp_path / "twin", tmp_path / "emulated"
+    twin.mkdir()
+    emulated.mkdir()
+    open_series(twin, LossSpec(), TwinPoints(LossSpec()))
+    open_series(twin, LossSpec(), TwinPoints(LossSpec()))  # the same link and settings resume
+    open_series(emulated, LossSpec(), EmulatedPoints("delayline"))
+    for d, on in ((twin, EmulatedPoints("delayline")), (emulated, TwinPoints(LossSpec())),
+                  (twin, TwinPoints(LossSpec(), TwinTcp(iw=2)))):  # fmt: skip
+        with pytest.raises(UsageError, match="other settings"):
+            open_series(d, LossSpec(), on)

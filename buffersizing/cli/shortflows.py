@@ -15,7 +15,7 @@ from bufsize.shortflows.fig12 import Fig12Spec
 from bufsize.shortflows.loss import LossSpec
 from bufsize.shortflows.mix import MixSpec
 from bufsize.shortflows.run import SHORT_WARMUP_S, ShortFlowOptions, format_shortflows, run_shortflows
-from bufsize.shortflows.series import run_series
+from bufsize.shortflows.series import EmulatedPoints, run_series
 from bufsize.shortflows.transfer import TransferSpec
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.machine import require_root
@@ -147,15 +147,19 @@ def run_experiment(a: argparse.Namespace) -> int:
     if options.printed_config(a, {"experiment": a.name, "spec": spec, "points": spec.points()}):
         return 0
     require_root()
-    backend = spec.points()[0][1].backend()
     out = check_out_dir(a.out)
-    res = run_series(out, spec, backend)
+    return series_done(a, out, run_series(out, spec, EmulatedPoints(spec.points()[0][1].backend())))
+
+
+def series_done(a: argparse.Namespace, out: Path, res: dict, beside: bool = False) -> int:
+    """What a series prints when its points have run, on either link; 1 if any failed."""
     if a.json:
         print(json.dumps({"out": str(out), **res, "table": table_rows(out)}, indent=1))
-        return 0 if not res["failed"] else 1
-    print(f"{res['finished']} of {res['points']} points finished in {out}/ (table.md, figure.png)")
-    for f in res["failed"]:
-        print(f"failed: {f}")
+    else:
+        print(f"{res['finished']} of {res['points']} points finished in {out}/ (table.md, figure.png"
+              f"{', beside.md' if beside else ''})")  # fmt: skip
+        for f in res["failed"]:
+            print(f"failed: {f}")
     return 0 if not res["failed"] else 1
 
 

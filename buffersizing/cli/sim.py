@@ -31,7 +31,7 @@ from bufsize.longlived.sweep import search_rule
 from bufsize.scaffold.cluster import KINDS, Where
 from bufsize.scaffold.lists import parse_float_list, parse_flow_list
 from bufsize.scaffold.resultdir import check_out_dir, exit_status
-from bufsize.scaffold.runs import MAX_SIM_BUFFER_PACKETS, Simulated
+from bufsize.scaffold.runs import Simulated
 from bufsize.scaffold.twin import check_start_buffer
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import parse_rtts
@@ -176,6 +176,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_print_config_arg(e)
     e.add_argument("--beside", help="an emulated `bufsize shortexp` directory of the same experiment run with "
                    "the same options: beside.md compares the two point for point")  # fmt: skip
+    e.add_argument("--json", action="store_true", help="print the outcome and the table's rows as JSON")
     e.set_defaults(func=cmd_sim_shortexp)
 
 
@@ -249,15 +250,12 @@ def cmd_sim_search(a: argparse.Namespace) -> int:
 
 def cmd_sim_measure(a: argparse.Namespace) -> int:
     """The emulated measure on the twin: the same options, steps and result keys."""
-    from bufsize.longlived.measure import MeasureOptions, format_measure, run_measure
+    from bufsize.longlived.measure import MeasureOptions, check_measure, format_measure, run_measure
 
     cfg = sim_config(a, a.flows, a.hosts if a.hosts is not None else min(a.flows, 400), a.seed)
     opts = MeasureOptions(a.flows, a.duration, a.settle_s, a.sample_s, a.reference_s, warmup_s=a.warmup_s,
                           fidelity_s=0.0)  # fmt: skip
-    opts.validate(cfg)
-    if not 1 <= a.buffer_packets <= MAX_SIM_BUFFER_PACKETS:
-        raise UsageError(f"--buffer-packets {a.buffer_packets}: must be from 1 to {MAX_SIM_BUFFER_PACKETS}")
-    check_start_buffer(a.start_buffer)
+    check_measure(cfg, twin(a), [a.buffer_packets * FRAME_BYTES], opts, "--buffer-packets")
     resolved = {"config": cfg.to_dict(), "buffer_packets": a.buffer_packets, "options": opts,
                 "start_buffer": a.start_buffer}  # fmt: skip
     if printed_config(a, resolved):
@@ -322,10 +320,11 @@ def cmd_sim_util_table(a: argparse.Namespace) -> int:
 
 
 def cmd_sim_shortexp(a: argparse.Namespace) -> int:
-    from bufsize.cli.shortflows import experiment_spec
+    from bufsize.cli.shortflows import experiment_spec, series_done
     from bufsize.shortflows.loss import LossSpec
     from bufsize.shortflows.mix import MixSpec
-    from bufsize.sim.shortexp import TwinTcp, check_beside, run_twin_series, sim_config
+    from bufsize.shortflows.series import run_series
+    from bufsize.sim.shortexp import TwinPoints, TwinTcp, check_beside, write_beside
 
     spec = experiment_spec(a)  # the emulated experiment's own spec and option checks
     assert isinstance(spec, LossSpec | MixSpec)  # the parser offers only these two
@@ -334,16 +333,14 @@ def cmd_sim_shortexp(a: argparse.Namespace) -> int:
         raise UsageError(f"--seed {a.seed}: a whole number from 1 to {2**31}")
     spec.validate()
     tcp = TwinTcp(a.iw, a.rto)
-    sim_config(spec.points()[0][1], spec.seed, tcp).validate(0, short_flows=True)
+    on = TwinPoints(spec, tcp)
     beside = Path(a.beside) if a.beside is not None else None
     if beside is not None:
         check_beside(beside, spec)
     if printed_config(a, {"experiment": a.name, "spec": spec, "tcp": tcp, "points": spec.points()}):
         return 0
     out = check_out_dir(a.out)
-    res = run_twin_series(out, spec, beside, tcp)
-    print(f"{res['finished']} of {res['points']} points finished in {out}/ (table.md, figure.png"
-          f"{', beside.md' if beside else ''})")  # fmt: skip
-    for f in res["failed"]:
-        print(f"failed: {f}")
-    return 0 if not res["failed"] else 1
+    res = run_series(out, spec, on)
+    if beside is not None:
+        write_beside(out, spec, beside)
+    return series_done(a, out, res, beside is not None)

@@ -172,15 +172,22 @@ def point_fields(cfg: LinkSpec, points: list[dict]) -> dict:
     return fields
 
 
-def run_measure(cfg: LinkSpec, on: OnLink, buffers_bytes: list[int], opts: MeasureOptions) -> dict:
-    """Measure at each buffer in turn on one link (emulated or the twin, as `on` names it); return
-    (and, with its `out`, write) the result."""
+def check_measure(cfg: LinkSpec, on: OnLink, buffers_bytes: list[int], opts: MeasureOptions,
+                  name: str = "buffer") -> None:  # fmt: skip
+    """What run_measure refuses, for a command to check before --print-config; `name`: the option
+    that gave the buffers."""
     opts.validate(cfg)
     on.validate(cfg, opts.flows)
     if not buffers_bytes:
         raise UsageError("give at least one buffer")
     for b in buffers_bytes:
-        on.check_buffer(b)
+        on.check_buffer(b, name)
+
+
+def run_measure(cfg: LinkSpec, on: OnLink, buffers_bytes: list[int], opts: MeasureOptions) -> dict:
+    """Measure at each buffer in turn on one link (emulated or the twin, as `on` names it); return
+    (and, with its `out`, write) the result."""
+    check_measure(cfg, on, buffers_bytes, opts)
     warm_buffer = warm_buffer_bytes(cfg, buffers_bytes, opts)
     run = on.run(cfg, "measure", warm_buffer, min(buffers_bytes) // FRAME_BYTES, require_recorder=True)
     cfg, say = run.cfg, run.say

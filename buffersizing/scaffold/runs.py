@@ -15,15 +15,13 @@ from typing import Any, Protocol
 
 from bufsize.scaffold.experiment import Experiment, Say, stderr_say
 from bufsize.scaffold.link import LinkSpec, SampledLink
-from bufsize.scaffold.twin import TwinRun, check_start_buffer
+from bufsize.scaffold.twin import MAX_SIM_BUFFER_PACKETS, TwinRun, check_start_buffer
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.nssim import SimConfig
 from bufsize.topologies.units import check_buffer_bytes
 from bufsize.traffic.longflows import split_flows
-
-MAX_SIM_BUFFER_PACKETS = 10_000_000  # the twin's FIFO has no kernel limit; this only catches a typo
 
 
 class LinkRun(Protocol):
@@ -72,8 +70,8 @@ class Emulated:
     def validate(self, cfg: LinkSpec, flows: int) -> None:
         split_flows(flows, 1)  # at most the flows one machine can emulate
 
-    def check_buffer(self, buffer_bytes: int) -> None:
-        check_buffer_bytes(buffer_bytes)
+    def check_buffer(self, buffer_bytes: int, name: str = "buffer") -> None:
+        check_buffer_bytes(buffer_bytes, name)
 
     def run(self, cfg: LinkSpec, kind: str, buffer_bytes: int, small_packets: int = 0,
             require_recorder: bool = False) -> Experiment:  # fmt: skip
@@ -98,10 +96,10 @@ class Simulated:
         cfg.validate(flows)  # the twin's own limit on N, not the flows one machine can emulate
         check_start_buffer(self.start_buffer)
 
-    def check_buffer(self, buffer_bytes: int) -> None:
+    def check_buffer(self, buffer_bytes: int, name: str = "buffer") -> None:
         packets = buffer_bytes // FRAME_BYTES
         if not 1 <= packets <= MAX_SIM_BUFFER_PACKETS:
-            raise UsageError(f"buffer {packets} packets: must be from 1 to {MAX_SIM_BUFFER_PACKETS}")
+            raise UsageError(f"{name} {packets} packets: must be from 1 to {MAX_SIM_BUFFER_PACKETS}")
 
     def run(self, cfg: LinkSpec, kind: str, buffer_bytes: int, small_packets: int = 0,
             require_recorder: bool = False) -> TwinRun:  # fmt: skip

@@ -68,7 +68,7 @@ class Fig10Spec:
                 out.append((f"r{rate:g}-l{n}", cfg, packets_to_bytes(self.buffer_packets), opts))
         return out
 
-    def report(self, out: Path) -> int:
+    def report(self, out: Path, where: str = "this testbed") -> int:
         """table.md, table.csv and figure.png from the finished points; how many there are."""
         rows = fig10_rows(out, self)
         write_fig10_report(out, rows, self)

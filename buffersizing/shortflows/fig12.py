@@ -67,7 +67,7 @@ class Fig12Spec:
                 out.append((f"r{rate:g}-l{n}", cfg, packets_to_bytes(self.reference_packets), opts))
         return out
 
-    def report(self, out: Path) -> int:
+    def report(self, out: Path, where: str = "this testbed") -> int:
         rows = fig12_rows(out, self)
         write_fig12_report(out, rows, self)
         return len(rows)

@@ -97,9 +97,9 @@ class LossSpec:
                 out.append((f"{kind}-b{b}", cfg, packets_to_bytes(b), opts))
         return out
 
-    def report(self, out: Path) -> int:
+    def report(self, out: Path, where: str = "this testbed") -> int:
         rows = loss_rows(out, self)
-        write_loss_report(out, rows, self)
+        write_loss_report(out, rows, self, where)
         return len(rows)
 
 

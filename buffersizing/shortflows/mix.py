@@ -70,9 +70,9 @@ class MixSpec:
                 out.append((f"n{n}-{kind}", cfg, packets_to_bytes(self.buffer_packets(cfg, n, kind)), opts))
         return out
 
-    def report(self, out: Path) -> int:
+    def report(self, out: Path, where: str = "this testbed") -> int:
         rows = mix_rows(out, self)
-        write_mix_report(out, rows, self)
+        write_mix_report(out, rows, self, where)
         return len(rows)
 
 

@@ -72,7 +72,7 @@ class TransferSpec:
                 out.append((f"rtt{rtt:g}-{kind}", cfg, packets_to_bytes(self.buffer_packets(rtt, kind)), opts))
         return out
 
-    def report(self, out: Path) -> int:
+    def report(self, out: Path, where: str = "this testbed") -> int:
         rows = transfer_rows(out, self)
         write_transfer_report(out, rows, self)
         return len({(r["rtt_ms"], r["buffer"]) for r in rows})

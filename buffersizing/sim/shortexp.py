@@ -10,35 +10,34 @@ flows start, and the window measured is from warmup_s after their start to durat
 Appenzeller 2004 Figs 13-14 (shortflows/mix.py) the same way: long flows plus 20 % of 14-packet flows at
 RTT*C/sqrt(n) and RTT*C, with the series' own initial window (2).
 
-The twin's directory is read by the emulated report (loss_rows/mix_rows and their writers): same
-point names, result keys where they mean the same (loss_rate, utilization, transfers, fct_by_size,
-valid). Flows in congestion avoidance and retransmissions per transfer are not counted here (None).
-beside.md puts twin and emulation side by side.
+The series is the emulated one (shortflows/series.py run_series), its points run by TwinPoints, and
+its directory is read by the emulated report: same point names, result keys where they mean the same
+(loss_rate, utilization, transfers, fct_by_size, valid). Flows in congestion avoidance and
+retransmissions per transfer are not counted here (None). beside.md puts twin and emulation side by side.
 """
 
 from __future__ import annotations
 
 import random
 import statistics
-import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from bufsize.scaffold.resultdir import check_out_dir, read_finished, write_json_atomic
+from bufsize.scaffold.experiment import Say
+from bufsize.scaffold.resultdir import read_finished, write_json_atomic
 from bufsize.scaffold.schema import stamp
 from bufsize.scaffold.twin import simulator_manifest
-from bufsize.shortflows.loss import PUBLISHED, LossSpec, loss_rows, write_loss_report
-from bufsize.shortflows.mix import MixSpec, mix_rows, write_mix_report
+from bufsize.shortflows.loss import PUBLISHED, LossSpec, loss_rows
+from bufsize.shortflows.mix import MixSpec, mix_rows
 from bufsize.shortflows.run import ShortFlowOptions
-from bufsize.shortflows.series import run_points
+from bufsize.shortflows.series import SeriesSpec
 from bufsize.shortflows.stats import fct_by_size, offered_load
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.errors import UsageError
 from bufsize.topologies.nssim import SimConfig, SimDumbbell, SimTransfer
-from bufsize.topologies.safefiles import make_dirs, write_atomic
+from bufsize.topologies.safefiles import write_atomic
 from bufsize.traffic.workload import Workload, open_loop_arrivals, think_time
 
 MAX_USER_CYCLES = 10_000  # (think, size) pairs given to one user: a user with no think time stops there
@@ -170,57 +169,35 @@ def fct_summary(rows: list[SimTransfer]) -> dict:
 TwinSpec = LossSpec | MixSpec
 
 
-def open_twin_series(out: Path, spec: TwinSpec, tcp: TwinTcp) -> None:
-    path = out / "series.json"
-    mine = {"experiment": spec.experiment, "simulator": "ns-3", "spec": asdict(spec), "tcp": asdict(tcp)}
-    if path.exists():
-        old = read_finished(path)
-        if old is None or {k: old.get(k) for k in mine} != mine:
-            raise UsageError(f"{out} holds another series; re-run its own command or choose another --out")
-        return
-    sc = sim_config(spec.points()[0][1], spec.seed, tcp)
-    write_json_atomic(path, mine | {"machine": simulator_manifest(sc)})
+@dataclass
+class TwinPoints:
+    """A series' points on the twin (shortflows/series.py run_series), each a simulation of its own."""
 
+    spec: TwinSpec
+    tcp: TwinTcp = TwinTcp()
+    where: str = "the ns-3 twin"
 
-def run_twin_series(
-    out: Path,
-    spec: TwinSpec,
-    beside: Path | None = None,
-    tcp: TwinTcp = TwinTcp(),
-    say: Callable[[str], None] | None = None,
-) -> dict:
-    """Every point not finished yet, one after another (each a single-threaded simulation), then the
-    emulated report's table and figure, and beside.md if an emulated series is given."""
-    log = say or (lambda s: print(s, file=sys.stderr, flush=True))
-    spec.validate()
-    if beside is not None:
-        check_beside(beside, spec)
-    check_out_dir(out)
-    make_dirs(out)
-    sim_config(spec.points()[0][1], spec.seed, tcp).validate(0, short_flows=True)
-    open_twin_series(out, spec, tcp)
-    t0 = time.monotonic()
+    def __post_init__(self) -> None:
+        sim_config(self.spec.points()[0][1], self.spec.seed, self.tcp).validate(0, short_flows=True)
+        self.header = {"simulator": "ns-3", "tcp": asdict(self.tcp)}
 
-    def point(cfg: DumbbellConfig, buffer_bytes: int, opts: ShortFlowOptions, d: Path) -> None:
-        r = run_point(cfg, buffer_bytes, opts, spec.seed, tcp)
+    def manifest(self, spec: SeriesSpec) -> dict:
+        return simulator_manifest(sim_config(spec.points()[0][1], self.spec.seed, self.tcp))
+
+    def run_point(self, cfg: DumbbellConfig, buffer_bytes: int, opts: ShortFlowOptions, d: Path, log: Say) -> None:
+        r = run_point(cfg, buffer_bytes, opts, self.spec.seed, self.tcp)
         write_json_atomic(d / "result.json", stamp(r, "result"))
         log(f"  loss {r['loss_rate']:.2%}, utilization {r['utilization']:.4f}, "
             f"{r['transfers']['in_window']['done']} transfers done, {r['wall_seconds']:.0f} s of wall")  # fmt: skip
 
-    points = spec.points()
-    failed = run_points(out, points, point, log)
+
+def write_beside(out: Path, spec: TwinSpec, emulated: Path) -> None:
+    """beside.md: the twin's series at `out` point for point beside the emulated one at `emulated`."""
     if isinstance(spec, LossSpec):
-        rows = loss_rows(out, spec)
-        write_loss_report(out, rows, spec, where="the ns-3 twin")
-        if beside is not None:
-            write_atomic(out / "beside.md", loss_beside(rows, loss_rows(beside, spec)))
+        text = loss_beside(loss_rows(out, spec), loss_rows(emulated, spec))
     else:
-        rows = mix_rows(out, spec)
-        write_mix_report(out, rows, spec, where="the ns-3 twin")
-        if beside is not None:
-            write_atomic(out / "beside.md", mix_beside(rows, mix_rows(beside, spec)))
-    wall = round(time.monotonic() - t0)
-    return {"points": len(points), "finished": len(rows), "failed": failed, "wall_seconds": wall}
+        text = mix_beside(mix_rows(out, spec), mix_rows(emulated, spec))
+    write_atomic(out / "beside.md", text)
 
 
 def mix_beside(twin: list[dict], emulated: list[dict]) -> str:
