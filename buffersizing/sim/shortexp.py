@@ -32,7 +32,7 @@ from bufsize.shortflows.loss import PUBLISHED, LossSpec, loss_rows
 from bufsize.shortflows.mix import MixSpec, mix_rows
 from bufsize.shortflows.run import ShortFlowOptions
 from bufsize.shortflows.series import SeriesSpec
-from bufsize.shortflows.stats import fct_by_size, offered_load
+from bufsize.shortflows.stats import fct_by_size, offered_load, started_between, transfer_counts
 from bufsize.topologies import FRAME_BYTES
 from bufsize.topologies.config import DumbbellConfig
 from bufsize.topologies.errors import UsageError
@@ -112,7 +112,8 @@ def run_point(cfg: DumbbellConfig, buffer_bytes: int, opts: ShortFlowOptions, se
         flows_up = net.flows_up()
         rows = net.transfers()
     start, end = t0 + opts.warmup_s, window.t1
-    in_window = [r for r in rows if start <= r.start < end]
+    all_rows = [as_row(r) for r in rows]
+    in_window = started_between(all_rows, start, end)
     seconds = window.t1 - window.t0
     return {
         "kind": "sim-shortflows",
@@ -128,14 +129,12 @@ def run_point(cfg: DumbbellConfig, buffer_bytes: int, opts: ShortFlowOptions, se
         "packets_sent": window.packets,
         "queue": {"mean_packets": round(window.queue_mean, 2), "max_packets": window.queue_max},
         "transfers": {
-            "all": counts(rows),
-            "in_window": counts(in_window),
-            "offered_load_in_window": round(
-                offered_load([{"size_bytes": r.size_bytes} for r in in_window], seconds, sc.rate_mbps), 4
-            ),  # fmt: skip
+            "all": transfer_counts(all_rows),
+            "in_window": transfer_counts(in_window),
+            "offered_load_in_window": round(offered_load(in_window, seconds, sc.rate_mbps), 4),
         },
         "fct_s": fct_summary(in_window),
-        "fct_by_size": fct_by_size([as_row(r) for r in in_window]),  # the emulated report's bins
+        "fct_by_size": fct_by_size(in_window),  # the emulated report's bins
         "flows_in_congestion_avoidance": {},  # not counted on the twin
         "long_flow_throughput": {},
         # The simulation is exact; a point is flagged only if a long flow never got going.
@@ -149,17 +148,14 @@ def run_point(cfg: DumbbellConfig, buffer_bytes: int, opts: ShortFlowOptions, se
 
 
 def as_row(r: SimTransfer) -> dict:
-    """A transfer as the emulated generator records one, as far as the twin knows it (no retransmissions)."""
-    return {"status": "unfinished" if r.done is None else "done", "size_bytes": r.size_bytes, "fct_s": r.fct_s}
+    """A transfer as the emulated generator records one, as far as the twin knows it: no retransmissions,
+    and none failed (the twin has no transfer timeout), only done or unfinished."""
+    return {"status": "unfinished" if r.done is None else "done", "size_bytes": r.size_bytes, "fct_s": r.fct_s,
+            "t_start": r.start}  # fmt: skip
 
 
-def counts(rows: list[SimTransfer]) -> dict:
-    done = sum(r.done is not None for r in rows)
-    return {"started": len(rows), "done": done, "not_done": len(rows) - done}
-
-
-def fct_summary(rows: list[SimTransfer]) -> dict:
-    fcts = sorted(f for r in rows if (f := r.fct_s) is not None)
+def fct_summary(rows: list[dict]) -> dict:
+    fcts = sorted(r["fct_s"] for r in rows if r["status"] == "done")
     if not fcts:
         return {"count": 0}
     return {"count": len(fcts), "mean": round(statistics.fmean(fcts), 4), "median": round(statistics.median(fcts), 4),
