@@ -96,11 +96,12 @@ def test_buffer_changes_in_place_under_a_running_flow(net):
         sent_after = int(re.search(r"qdisc (?:tbf|htb) 1: .*?Sent (\d+) bytes", after_tree, re.S).group(1))
         assert sent_after >= sent_before > 0, "the shaper was recreated (its counters reset)"
         # Shrinking a full 40-packet queue to 4 drops a burst, and the flow may recover through a
-        # retransmission timeout whose backoff doubles (200, 400, 800 ms): a stall of a second or two
-        # is TCP's, not the tree's. So the flow is judged on quarter seconds from 1 s to 5 s after
-        # the change: it must run at over half the line in most of them (a tree broken by the change
-        # serves nearly nothing in any); at 0.24 BDP of buffer one cubic flow, once recovered, keeps
-        # the line well over half busy. The client runs 10 s: 2.5 + 5 leaves margin.
+        # retransmission timeout whose backoff doubles (200, 400, 800 ms). So the flow is judged on
+        # quarter seconds from 1 s to 5 s after the change: it must run at over half the line in most
+        # of them, which a stall of up to 1.75 s leaves true and a tree broken by the change (nearly
+        # nothing served) does not. A flow held below half the line throughout also fails; on tbf
+        # that has been seen and is not yet explained (docs/lab/fresh-clones.md). The client runs
+        # 10 s: 2.5 + 5 leaves margin.
         time.sleep(1)
         samples = [counters.read()]
         for _ in range(16):
