@@ -3,7 +3,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: helpers test unit fast lint vm-test bench-delayline clean-helpers
+.PHONY: helpers test claims claims-faults test-extensive unit fast lint vm-test bench-delayline clean-helpers
 
 helpers:
 	$(MAKE) -C topologies/delayline
@@ -22,15 +22,25 @@ unit:
 fast:
 	$(PY) -m pytest -m "not root and not vm and not slow" --matrix-sample 10 -n auto -q -p no:cacheprovider
 
-# The host suite in two tiers, then the VM stage (tests/vm/stage.sh): the netem and OVS tests (marker
-# vm) on Debian's stock kernel in a VM, which fails where it cannot run unless BSZ_VM_OPTIONAL=1.
-# tests/stages.sh runs the three, each even after one failed, and ends with a summary of them.
-# The tests that need neither root nor a namespace run on every core (as `fast`, with the slow ones and
-# the whole bad-input matrix); the root tier runs one test at a time, because its tests judge real links on
-# this machine's cores and must not share them with each other.
-# --durations: the slowest tests, so a run (and CI's log) shows where the suite's time goes.
+# The README's test command (tests/stages.sh): the structure stage (every test of what is built, refused,
+# written, resumed and torn down: the tests that need root and build one at a time on one pytest-xdist
+# worker, the rest on two more, the VM stage's structural tests beside them), then the claims stage
+# alone (below), and a summary with the ten slowest tests and the claims' verdicts.
 test: helpers lint
 	PY=$(PY) tests/stages.sh
+
+# The toolkit's measured claims alone, one line a claim: held, broken or inconclusive (tests/claims).
+claims: helpers
+	PYTHONPATH=tests $(PY) -m claims
+
+# Each planted fault in turn, and the claims it must break shown broken (tests/claims/faults.py).
+claims-faults: helpers
+	PYTHONPATH=tests $(PY) -m claims --every-fault
+
+# The test command with the long forms it leaves out (docs/development.md): both remote machines over
+# SSH, the Slurm node, the hard-crash sweep at full size, the whole bad-input matrix, every VM test.
+test-extensive: helpers lint
+	BSZ_EXTENSIVE=1 PY=$(PY) tests/stages.sh
 
 vm-test: helpers
 	tests/vm/stage.sh

@@ -6,11 +6,12 @@ import json
 import os
 
 import pytest
-from conftest import bufsize, ours, run_states
+from conftest import BUFSIZE, bufsize, isolated
 
 from bufsize.topologies.errors import UsageError
 
 
+@pytest.mark.parallel
 @pytest.mark.parametrize(
     "args,needle",
     [
@@ -28,13 +29,12 @@ from bufsize.topologies.errors import UsageError
         (["--duration", "0"], "--duration 0"),
     ],
 )
-def test_bad_input_is_one_line_status_2_and_creates_nothing(root, args, needle):
-    before_ns, before_st = ours(), run_states()
-    res = bufsize("verify", *args, timeout=30)
+def test_bad_input_is_one_line_status_2_and_creates_nothing(root, args, needle, tmp_path):
+    res = isolated([BUFSIZE, "verify", *args], tmp_path, 30)
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], res.stderr
-    assert ours() == before_ns and run_states() == before_st
+    assert res.left == {"netns": [], "ledger": []}
 
 
 def test_doctor_json_reports_backend_consistent_with_qdiscs(root):
@@ -56,25 +56,23 @@ def verify_json(*args: str) -> tuple[dict, int]:
 
 
 @pytest.mark.integration
-def test_verify_measures_rtt_and_rate_of_the_paper_dumbbell(no_leftovers):
-    # The rate is judged against the same dumbbell without delay, measured in this run: what this
-    # machine's shaper delivers today, so a slow CI machine does not read as an emulation fault.
-    base, _ = verify_json("--rtt-ms", "0")
-    s, code = verify_json("--rtt-ms", "87")
+def test_verify_reports_rtt_rate_and_the_machine_around_them(no_leftovers):
+    """What verify measured, how it judged it, and the cautions every run carries. Whether the RTT and
+    the rate are right is a claim (tests/claims: host-rtts, rate), judged where the machine is quiet."""
+    s, code = verify_json("--rtt-ms", "87", "--duration", "2")
     assert s["delay_backend"] in ("netem", "delayline")
     assert s["configured_rtt_ms"] == 87.0 and s["configured_rate_mbps"] == 62.5
-    assert abs(s["measured_rtt_ms"] - 87.0) <= 0.01 * 87 + 0.3, s
-    assert s["rate_test_flows"] >= 8 and s["rate_test_warmup_seconds"] >= 2.0
-    assert s["measured_rate_mbps"] <= 62.5 * 1.02, s  # the shaper never lets more through
-    # 0.85, not verify's 97 %: a loaded 2-core machine loses a few % of C to late softirqs (with the
-    # old one-frame HTB burst a fresh clone read 94.5 % of its baseline, CI 80 %;
-    # bench/results/htb-burst.md); that is verify's to report. The test still catches a wrong
-    # shaper rate or a lossy delay line.
-    assert s["measured_rate_mbps"] >= 0.85 * base["measured_rate_mbps"], (s, base["measured_rate_mbps"])
-    assert s["delayline_drops"] == 0
+    assert [p["host"] for p in s["per_host"]] == [1, 2] and all(p["loss_pct"] == 0 for p in s["per_host"])
+    assert s["measured_rtt_ms"] >= 87.0, s  # no frame arrives before its delay
+    assert s["rate_test_flows"] >= 8 and s["rate_test_warmup_seconds"] >= 0
+    assert 0 < s["measured_rate_mbps"] <= 62.5 * 1.02, s  # the shaper never lets more through
+    assert len(s["rate_per_second_mbps"]) >= 1 and s["delayline_drops"] == 0
     assert s["ok"] == (s["rtt_ok"] and s["rate_ok"]) and code == (0 if s["ok"] else 1)
+    assert 0 <= s["cpu"]["mean_steal_share"] <= 1 and s["cpu"]["foreign"]["share"] is not None, s["cpu"]
+    assert isinstance(s["cautions"], list) and all(c["value"] > c["limit"] for c in s["cautions"]), s["cautions"]
 
 
+@pytest.mark.parallel
 @pytest.mark.parametrize(
     "args,needle",
     [
@@ -100,13 +98,12 @@ def test_verify_measures_rtt_and_rate_of_the_paper_dumbbell(no_leftovers):
         (["model", "--flows", "0"], "--flows"),
     ],
 )
-def test_search_sweep_plot_bad_input(root, args, needle):
-    before_ns, before_st = ours(), run_states()
-    res = bufsize(*args, timeout=30)
+def test_search_sweep_plot_bad_input(root, args, needle, tmp_path):
+    res = isolated([BUFSIZE, *args], tmp_path, 30)
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], res.stderr
-    assert ours() == before_ns and run_states() == before_st
+    assert res.left == {"netns": [], "ledger": []}
     assert not os.path.exists("/tmp/bsz-never")
 
 

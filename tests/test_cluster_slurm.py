@@ -106,6 +106,7 @@ def simulating(conf: str, count: int, deadline_s: float = 120) -> list[psutil.Pr
     return found
 
 
+@pytest.mark.extensive  # the long form: make test-extensive
 def test_a_cancelled_jobs_point_runs_again_in_another_job_and_is_merged_once(slurm, tmp_path):
     """scancel of the job running a point, part-way through its search: the point runs again on the
     job that remains (dask-jobqueue does not replace a job), and the sweep reports each point once."""

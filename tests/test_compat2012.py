@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ours, run_states
+from conftest import ledgered_by
 
 from bufsize.cli.compat2012 import translate
 from bufsize.longlived.presets import hardware_cc
@@ -40,8 +40,10 @@ def test_translation_of_each_option():
 
 
 def test_print_config_resolves_the_2012_sweep_line_and_builds_nothing():
-    before = ours(), run_states()
-    res = subprocess.run([sys.executable, SCRIPT, *SWEEP_2012, "--print-config"], capture_output=True, text=True)
+    proc = subprocess.Popen([sys.executable, SCRIPT, *SWEEP_2012, "--print-config"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    out, err = proc.communicate(timeout=60)
+    res = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     assert res.returncode == 0, res.stderr
     cfg = json.loads(res.stdout)
     assert cfg | {"bdp_packets": None} == {
@@ -56,7 +58,7 @@ def test_print_config_resolves_the_2012_sweep_line_and_builds_nothing():
         "tool": "iperf", "fidelity_s": 2.0, "max_sample_steal": 0.005,
     }  # fmt: skip
     assert cfg["bdp_packets"] == pytest.approx(62.5e6 / 8 * 0.087 / 1514, abs=0.1)
-    assert (ours(), run_states()) == before
+    assert ledgered_by(proc.pid) == []
     bad = subprocess.run([sys.executable, SCRIPT, "--bw-net", "0", "--print-config"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--rate-mbps 0" in bad.stderr
 

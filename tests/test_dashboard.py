@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
 import subprocess
 import time
 import urllib.parse
@@ -15,6 +16,13 @@ import pytest
 from conftest import BUFSIZE
 
 CHROMIUM = shutil.which("chromium")
+
+
+def running(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def dump_dom(url: str) -> str:
@@ -52,8 +60,12 @@ def test_the_live_page_lists_the_running_points_and_listens_on_loopback_only(tmp
         family = [psutil.Process(sweep.pid), *psutil.Process(sweep.pid).children(recursive=True)]
         listening = [c.laddr for p in family for c in p.net_connections("inet") if c.status == psutil.CONN_LISTEN]
         assert listening and all(a.ip == "127.0.0.1" for a in listening), listening
-        _, err = sweep.communicate(timeout=300)
-        assert sweep.returncode == 0, err
+        # Seen: the page is what this test is for. The sweep is stopped rather than waited for (its points
+        # run to the end, and a stopped sweep leaves nothing running, in tests/test_sim_twin.py).
+        sweep.send_signal(signal.SIGINT)
+        _, err = sweep.communicate(timeout=120)
+        assert sweep.returncode in (0, 130), err
+        psutil.wait_procs([p for p in family if running(p)], timeout=60)
     finally:
         if sweep.poll() is None:
             sweep.kill()

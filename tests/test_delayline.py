@@ -65,8 +65,10 @@ def test_per_host_delay_and_default_for_other_frames(wire):
         subprocess.run(["ip", "-n", ns, "neigh", "flush", "dev", "e0", "nud", "permanent"], check=True)
     p, stats = start(wire, "-m", str(mapfile), "-f", "1000", "-r", "1000")
     try:
-        assert abs(ping_min(wire["a"], "10.9.0.1") - 15.0) < 1.0
-        assert abs(ping_min(wire["a"], "10.9.0.3") - 80.0) < 1.0
+        # Each host's frames wait at least its own delay each way (none leaves early; a map swapped or
+        # ignored fails one host or both); how close to it is a claim (tests/claims: host-rtts).
+        assert ping_min(wire["a"], "10.9.0.1") >= 15.0
+        assert ping_min(wire["a"], "10.9.0.3") >= 80.0
     finally:
         s = stop(p, stats)
     assert s["forward"]["tx_frames"] >= 10 and s["reverse"]["tx_frames"] >= 10
@@ -170,9 +172,9 @@ def test_line_shaper_queue_rate_limit_and_counters(wire):
         t_b = time.monotonic()
         assert tx.poll() is None, "the sender finished before the rate was measured: offer more"
         sent_rate = (b["sent_bytes"] - a["sent_bytes"]) * 8 / (t_b - t_a)
-        # Never faster than the rate (the time between reads is known to a few ms of 1 s); slower
-        # only by what a loaded machine stalls it, far less than this.
-        assert 0.7 * rate < sent_rate < 1.03 * rate, sent_rate
+        # Never faster than the rate (the time between reads is known to a few ms of 1 s); how close to
+        # it the line keeps is a claim (tests/claims: rate, pacing).
+        assert 0 < sent_rate < 1.03 * rate, sent_rate
         assert max(backlogs) <= limit and max(backlogs) >= limit - 2 * frame, "the queue was not held full"
         assert b["drops"] > a["drops"], "twice the rate offered to a full queue must drop"
         status.set_limit(5 * frame)

@@ -18,7 +18,7 @@ import pytest
 
 DELAYLINE_DIR = Path(__file__).resolve().parent.parent / "topologies" / "delayline"
 TARGET = DELAYLINE_DIR / "bsz-fuzz-parsers"
-FUZZ_SECONDS = 20  # a smoke test of the build and the harness; bench/fuzz_delayline.sh fuzzes for long
+FUZZ_SECONDS = 10  # a smoke test of the build and the harness; bench/fuzz_delayline.sh fuzzes for long
 # Leak checks off, at exit too: a refused map returns to the fuzzer by longjmp and leaves that
 # call's FILE behind, as the delay line would have exited there (fuzz_parsers.c).
 ENV = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0"}

@@ -133,8 +133,8 @@ def test_a_write_that_fails_after_the_measurement_costs_that_file_not_the_result
     (out / "queue.csv").mkdir()
     res = subprocess.run(
         [BUFSIZE, "measure", "--hosts", "1", "--flows", "1", "--rate-mbps", "10", "--rtt-ms", "20",
-         "--buffer-packets", "20", "--duration", "3", "--warmup-s", "2", "--reference-s", "0", "--fidelity-s", "0",
-         "--out", str(out)],
+         "--buffer-packets", "20", "--duration", "2", "--warmup-s", "1", "--settle-s", "0", "--reference-s", "0",
+         "--fidelity-s", "0", "--out", str(out)],
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert res.returncode in (0, 3), res.stderr[-2000:]

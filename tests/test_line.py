@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import in_ns, path_floor_ms
+from conftest import in_ns
 
 from bufsize.longlived.verify import measure_rtts
 from bufsize.monitors.drops import DropMonitor
@@ -28,22 +28,14 @@ def net(no_leftovers):
         yield n
 
 
-def test_no_qdisc_tree_on_the_switch_and_the_right_rtts(no_leftovers):
-    # The same path with no delay first: one line at a time (each takes a CPU of its own).
-    floor = path_floor_ms(LINE)
-    with Dumbbell(LINE, "delayline") as net:
-        check_line_port_and_rtts(net, floor)
-
-
-def check_line_port_and_rtts(net: Dumbbell, floor: float) -> None:
+def test_no_qdisc_tree_on_the_switch_and_the_right_rtts(net):
     out = in_ns(net.switch_ns, "tc", "qdisc", "show", "dev", net.plan.bottleneck_dev)
     assert "bfifo" not in out and "htb" not in out and "tbf" not in out
     assert (net.bottleneck.ns, net.bottleneck.dev) == (net.delay_ns, net.plan.delay_devs[1])
-    # All of the RTT sits on the ack path; TCP (and ping) see the same round trip, above what the
-    # same path adds with no delay (measured in this run).
-    assert 0 < floor < 2, floor
-    for r in measure_rtts(net, count=5, interval=0.1):
-        assert abs(r.min_ms - floor - r.configured_ms) <= 0.01 * r.configured_ms + 0.3, (r, floor)
+    # All of the RTT sits on the ack path; TCP (and ping) see the same round trip, never less than
+    # configured (how close to it is a claim: tests/claims host-rtts).
+    for r in measure_rtts(net, count=5, interval=0.05):
+        assert r.min_ms >= r.configured_ms and r.loss_pct == 0, r
 
 
 def test_the_lines_files_are_on_tmpfs_where_the_machine_has_one(net):

@@ -220,6 +220,7 @@ def files(d: Path) -> dict[str, set[str]]:
     return {p.name: {f.name for f in p.iterdir()} for p in sorted(d.glob("n*-run*"))}
 
 
+@pytest.mark.extensive  # the long form: make test-extensive
 def test_split_sweep_merges_like_a_local_one(machines, no_leftovers, tmp_path):
     env = machines
     out = tmp_path / "merged"
@@ -277,6 +278,9 @@ def test_split_sweep_merges_like_a_local_one(machines, no_leftovers, tmp_path):
     assert "2 already merged" in again.stderr and "worker is up" not in again.stderr, again.stderr
 
 
+# `parallel`: refused before anything is started, it builds nothing (its sshd machines live in UTS
+# namespaces on loopback, not in network namespaces), so it runs beside the tests that build.
+@pytest.mark.parallel
 def test_refuses_a_host_key_not_pinned(machines, tmp_path):
     a, b = machines["machines"]
     only_b = tmp_path / "known_hosts"
@@ -289,6 +293,7 @@ def test_refuses_a_host_key_not_pinned(machines, tmp_path):
     assert only_b.read_text() == b.known_hosts_line()  # nothing was added to it
 
 
+@pytest.mark.extensive  # the long form: make test-extensive
 def test_a_worker_killed_part_way_has_its_point_run_on_the_other_and_merged_once(machines, no_leftovers, tmp_path):
     """b's Dask worker is killed (SIGKILL) while its point runs: the engine runs that point again on
     a, which merges both; the point b began tears its network down (it gets SIGTERM when its worker

@@ -318,6 +318,7 @@ def test_stopped_sim_sweep_leaves_no_process_behind(tmp_path):
         assert not any((out / d / "result.json").exists() for d in ("n0200-run1", "n0100-run1"))
 
 
+@pytest.mark.extensive  # the long form; the engine's failed and stopped points: tests/test_points.py
 def test_a_point_whose_worker_is_killed_runs_again_and_is_merged_once(tmp_path):
     """SIGKILL to the Dask worker running a point, part-way through its search: the engine runs the
     point again on a worker, the sweep finishes both points, reports each once, and the killed

@@ -10,7 +10,6 @@ import pytest
 from conftest import in_ns
 
 from bufsize.topologies.config import DumbbellConfig
-from bufsize.topologies.counters import InterfaceCounters, rate_mbps
 from bufsize.topologies.dumbbell import Dumbbell
 from bufsize.topologies.errors import RunError, UsageError
 from bufsize.traffic.longflows import LongFlows, hold_s, split_flows
@@ -40,25 +39,19 @@ def bytes_received_per_flow(net: Dumbbell) -> list[int]:
 
 
 @pytest.mark.integration
-def test_50_flows_over_10_hosts_establish_and_all_carry_data(no_leftovers, zero_delay_rate_mbps):
+def test_50_flows_over_10_hosts_establish_and_all_carry_data(no_leftovers):
     # The paper's link: a BDP of 449 packets plus as much buffer, ~18 packets per flow, so no flow
     # is starved into repeated timeouts (with ~1 packet per flow some legitimately would be).
     cfg = DumbbellConfig(hosts=10, rtt_ms=[87.0] * 10)
     with Dumbbell(cfg, "delayline") as net, LongFlows(net, 50) as flows:
         info = flows.start_info
         assert info.established == 50 and info.held_until_all_up
-        counters = InterfaceCounters(net.bottleneck.ns, net.bottleneck.dev)
-        a = counters.read()
-        time.sleep(5)
-        b = counters.read()
-        counters.close()
+        time.sleep(3)
         flows.check()
         per_flow = bytes_received_per_flow(net)
+        # Every flow carried data (how fully they keep the link busy is a claim: tests/claims busy-800).
         assert len(per_flow) == 50
         assert min(per_flow) > 10_000, f"a flow carried almost nothing: {sorted(per_flow)[:5]}"
-        # Against the same shaper without delay, measured in this session (a loaded CI machine's
-        # shaper carried 84 % of C even then).
-        assert rate_mbps(a, b) > 0.85 * zero_delay_rate_mbps, zero_delay_rate_mbps
         assert flows.congestion_controls() == {"reno": 50}
 
 

@@ -8,7 +8,7 @@ names; `bufsize report --check` says whether the committed page is the one the r
 
 from __future__ import annotations
 
-import csv
+import json
 import re
 import statistics
 from collections import Counter
@@ -111,37 +111,43 @@ def section(e: Experiment, d: Path, repo: Path) -> list[str]:
     return lines
 
 
-# The README's two commands, timed on fresh clones: results/timings/commands.csv, one row a run.
-TIMINGS = Path("results") / "timings" / "commands.csv"
+# The README's two commands, timed on fresh clones by bench/command_times.py: its summary, every run of
+# each command with its load, time and outcome.
+TIMINGS = Path("bench") / "results" / "command-times.json"
 COMMANDS = ("./setup.sh quick", "./setup.sh test")
-RECENT = 5  # the passing runs a figure is taken over: the newest, since the suite grows
 
 
-def command_minutes(repo: Path) -> dict[str, tuple[int, int, int, int]]:
-    """Each command's (median, shortest, longest) whole time in minutes over its newest passing runs, and
-    how many runs that is: the README's times are these medians."""
-    with open(repo / TIMINGS, newline="") as f:
-        rows = list(csv.DictReader(f))
+def command_minutes(runs: list[dict]) -> dict[str, tuple[int, int, int, int]]:
+    """Each command's (median, shortest, longest) whole time in minutes over its runs that passed, and
+    how many runs that is: the README's times are these medians. A failed run moves nothing."""
     out = {}
     for command in COMMANDS:
-        s = [int(r["seconds"]) for r in rows if r["command"] == command and r["outcome"] == "pass"][-RECENT:]
+        s = [r["seconds"] for r in runs if r["command"] == command and r["exit"] == 0]
         if s:
             out[command] = (round(statistics.median(s) / 60), round(min(s) / 60), round(max(s) / 60), len(s))
     return out
 
 
+def recorded_minutes(repo: Path) -> dict[str, tuple[int, int, int, int]]:
+    return command_minutes(json.loads((repo / TIMINGS).read_text())["runs"])
+
+
 def timings_section(repo: Path) -> list[str]:
+    runs = json.loads((repo / TIMINGS).read_text())["runs"]
+    loads = sorted({r["load"] for r in runs if r["load"] != "none"})
+    beside = f"; some with {', '.join(loads)} beside them" if loads else ""
     lines = [
         "## How long the two commands take",
         "",
-        f"On fresh clones, alone on a 2-core machine, set-up included (`{TIMINGS.as_posix()}`; the newest",
-        f"{RECENT} passing runs of each). The README quotes the medians.",
+        f"On fresh clones of a 2-core machine, set-up included, nothing else running{beside}",
+        f"(`bench/command_times.py`, its summary `{TIMINGS.as_posix()}` with each run). The README quotes",
+        "the medians.",
         "",
-        "| command | median, minutes | range, minutes | runs |",
+        "| command | median, minutes | range, minutes | runs that passed |",
         "|---|---|---|---|",
     ]
-    for command, (med, lo, hi, n) in command_minutes(repo).items():
-        lines.append(f"| `{command}` | {med} | {lo}..{hi} | {n} |")
+    for command, (med, lo, hi, n) in command_minutes(runs).items():
+        lines.append(f"| `{command}` | {med} | {lo}..{hi} | {n} of {sum(r['command'] == command for r in runs)} |")
     return [*lines, ""]
 
 

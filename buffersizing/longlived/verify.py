@@ -10,6 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from bufsize.monitors.cpu import CpuMonitor, ForeignCpu
+from bufsize.scaffold.cautions import cautions
+from bufsize.scaffold.cautions import describe as describe_cautions
 from bufsize.scaffold.experiment import Experiment, Say
 from bufsize.scaffold.manifest import machine_manifest
 from bufsize.scaffold.resultdir import write_json_atomic
@@ -202,9 +205,18 @@ def run_verify(
     with Experiment(cfg, backend, "verify", out, say) as ex:
         assert ex.net is not None
         built = time.monotonic() - t0
+        # The machine around the measurement, as every run records it: a ping or a rate read while
+        # the hypervisor or another program took the CPU may be off for that reason alone.
+        cpu, foreign = CpuMonitor().start(), ForeignCpu()
         pings = measure_rtts(ex.net)
         rate = measure_rate(ex.net, duration=duration) if rate_test else None
-        summary = summarize(ex.net, pings, rate) | {"leftovers_of_dead_runs": ex.leftovers}
+        share = cpu.stop()
+        machine = {"mean_steal_share": round(share.steal, 4), "foreign": foreign.result()}
+        summary = summarize(ex.net, pings, rate) | {
+            "leftovers_of_dead_runs": ex.leftovers,
+            "cpu": machine | {"idle": round(share.idle, 3)},
+            "cautions": cautions({"cpu": machine}),
+        }
         cfg = ex.cfg  # the shaper resolved (auto names the one that ran)
     summary["build_seconds"] = round(built, 2)
     summary["wall_seconds"] = round(time.monotonic() - t0, 2)
@@ -238,4 +250,6 @@ def format_summary(s: dict) -> str:
     if s["delay_backend"] == "delayline":
         lines.append(f"delay line drops: {s['delayline_drops']}")
     lines.append("verify: OK" if s["ok"] else "verify: FAILED (outside tolerance)")
+    if s.get("cautions"):
+        lines.append(describe_cautions(s["cautions"]))
     return "\n".join(lines)

@@ -34,6 +34,10 @@
 #                        with the host loaded)                                             900
 #   BSZ_VM_STALL_S       seconds the guest may print nothing before it counts as frozen
 #                        (pytest prints a dot a test; the slowest test takes about 100 s) 360
+#   BSZ_VM_PART          structure: the tests not marked claim (the test command's first stage,
+#                        beside the host's tests); claims: those marked claim, which print their
+#                        figures for the claims stage (tests/claims) to judge; all                all
+#   BSZ_VM_FAULT         a fault planted in the guest for the claims (tests/claims/faults.py)
 #   BSZ_VM_PYTEST_ARGS   extra pytest arguments for the guest (e.g. "-k ovs")
 #   BSZ_VM_OPTIONAL=1    a stage that cannot run is skipped (exit 0) instead of failing
 set -euo pipefail
@@ -190,7 +194,8 @@ boot() {
   [ "$accel" = tcg ] && accel_opt=(--disable-kvm)
   # shellcheck disable=SC2086 # BSZ_VM_PYTEST_ARGS is split into words on purpose
   local cmd
-  cmd=$(printf '%q ' "$REPO/tests/vm/guest.sh" "$REPO" "$OVS" "$accel" ${BSZ_VM_PYTEST_ARGS:-})
+  cmd=$(printf '%q ' "$REPO/tests/vm/guest.sh" "$REPO" "$OVS" "$accel" "${BSZ_VM_PART:-all}" "${BSZ_VM_FAULT:--}" \
+    ${BSZ_VM_PYTEST_ARGS:-})
   say "booting $KVER ($accel, 2 CPUs, 1 GB) and running tests/test_netem_vm.py inside"
   : >"$LOGS/guest.out"
   t=$(date +%s.%N)
@@ -199,6 +204,7 @@ boot() {
     --rodir=/etc/udev/rules.d="$RULES" --cwd "$REPO" --exec "$cmd" \
     </dev/null >"$LOGS/guest.out" 2>"$LOGS/console.log" &
   pid=$!
+  BOOT_SID=$pid
   tail -n +1 -F --pid="$pid" "$LOGS/guest.out" 2>/dev/null &
   BOOT_RC=0
   quiet_since=$(date +%s.%N)
@@ -227,10 +233,30 @@ boot() {
     sleep 1
   done
   wait "$pid" 2>/dev/null && VNG_RC=0 || VNG_RC=$?
+  end_session "$pid"
   wait 2>/dev/null || true # the tail
   GUEST_S=$(since "$t")
 }
 
+# end_session SID: every process still in the boot's own session (it is vng's: setsid made it), by PID,
+# until none is left: a QEMU that outlived its guest's end would go on taking a CPU under what runs next.
+end_session() {
+  local sid=$1 left i
+  for i in $(seq 30); do
+    left=$(ps -e -o pid=,sid= | awk -v s="$sid" '$2 == s { print $1 }')
+    [ -n "$left" ] || return 0
+    # shellcheck disable=SC2086 # one PID a word
+    kill -KILL $left 2>/dev/null || true
+    sleep 1
+  done
+  say "  processes of the guest's session still there after 30 s: $left"
+}
+
+# A stage stopped part-way (Ctrl-C, SIGTERM) ends the guest it booted: nothing of it outlives the stage.
+BOOT_SID=""
+trap '[ -z "$BOOT_SID" ] || end_session "$BOOT_SID"' EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
 boot "$ACCEL"
 if [ "$BOOT_RC" = 1 ] && [ "$ACCEL" = kvm ] && [ "${BSZ_VM_ACCEL:-auto}" = auto ]; then
   say "no boot under KVM within ${BOOT_TIMEOUT} s; trying software emulation"
