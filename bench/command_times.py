@@ -11,8 +11,8 @@ the load this script starts with --load: a process of its own, named bsz-load-NN
 one core (in 100 ms periods) for the whole run, ended by PID afterwards.
 
 The summary (bench/results/command-times.json) keeps every run of the benchmark: commit, command, load,
-seconds, exit status, the stages' summary lines and each claim's verdict; and per command the median
-and range of the runs that passed. The README's two times and the Results page's table are that
+seconds, exit status, the stages' summary lines and each claim's verdict; and per command and load the
+median and range of the runs that passed. The README's two times and the Results page's table are that
 median and range (buffersizing/longlived/resultspage.py). Run it again when the times move (a
 command's median off the README's by a minute or more), with --fresh to start that command's runs
 over; it is not run at every change.
@@ -77,7 +77,6 @@ def one_clone(command: str, load: float, log_dir: Path | None) -> dict:
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
         (log_dir / f"{command}-{datetime.now(UTC):%Y%m%dT%H%M%S}.log").write_text(out)
-    stages = out.split("\ntest stages:\n", 1)[1].splitlines() if "\ntest stages:\n" in out else []
     return {
         "commit": head_commit(),
         "command": COMMANDS[command],
@@ -85,21 +84,36 @@ def one_clone(command: str, load: float, log_dir: Path | None) -> dict:
         "load": f"a process busy {load:.0%} of one core (bsz-load-{round(load * 100)})" if load > 0 else "none",
         "seconds": seconds,
         "exit": res.returncode,
-        "stages": [s.strip() for s in stages],
+        "stages": stage_lines(res.stdout),
         "claims": {m.group(1): m.group(2) for m in CLAIM_LINE.finditer(out)},
         "claim_lines": [m.group(0) for m in CLAIM_LINE.finditer(out) if m.group(2) != "held"],
     }
 
 
+def stage_lines(stdout: str) -> list[str]:
+    """The test command's summary of its stages (tests/stage_summary.py): the indented lines after
+    "test stages:" and the verdict line that ends them."""
+    lines = stdout.split("\ntest stages:\n", 1)[1].splitlines() if "\ntest stages:\n" in stdout else []
+    out = []
+    for line in lines:
+        out.append(line.strip())
+        if not line.startswith("  "):
+            break
+    return out
+
+
 def summarize(runs: list[dict]) -> dict:
-    """Per command: the median and range in whole minutes of the runs that passed, by the rule the README
-    and the Results page use (resultspage.command_minutes), and how many ran."""
+    """Per command and load beside it: the median and range in whole minutes of the runs that passed, by
+    the rule the README and the Results page use (resultspage.command_minutes), and how many ran. The
+    README's times are the entries with nothing beside the run."""
     from bufsize.longlived.resultspage import command_minutes
 
-    out = {}
-    for command, (med, lo, hi, n) in command_minutes(runs).items():
-        out[command] = {"median_min": med, "range_min": [lo, hi], "passed": n,
-                        "runs": sum(r["command"] == command for r in runs)}  # fmt: skip
+    out: dict = {}
+    for load in ["none", *sorted({r["load"] for r in runs if r["load"] != "none"})]:
+        for command, (med, lo, hi, n) in command_minutes(runs, load).items():
+            ran = sum(r["command"] == command and r["load"] == load for r in runs)
+            key = command if load == "none" else f"{command}, {load} beside it"
+            out[key] = {"median_min": med, "range_min": [lo, hi], "passed": n, "runs": ran}
     return out
 
 

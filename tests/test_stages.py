@@ -80,6 +80,17 @@ def test_stages_all_pass_and_say_so(tmp_path):
     assert rows[-1] == "all stages passed"
 
 
+def test_a_pass_with_inconclusive_claims_says_so_last(tmp_path):
+    """The claims stage passes with inconclusive claims (none broken); the command's last line must not
+    read as if they held."""
+    py = fake(tmp_path / "python", "claims: 2 held, 0 broken, 13 inconclusive in 700 s", 0)
+    vm = fake(tmp_path / "vm.sh", "PASS: VM stage: 10 passed", 0)
+    env = {k: v for k, v in os.environ.items() if k != "BSZ_TEST_LOGS"} | {"PY": str(py), "VM_STAGE": str(vm)}
+    r = subprocess.run(["bash", str(REPO / "tests/stages.sh")], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout
+    assert summary(r.stdout)[-1].startswith("all stages passed, but 13 claim(s) inconclusive"), r.stdout
+
+
 def test_a_failed_stage_fails_the_command_and_the_rest_still_run(tmp_path):
     r = run_stages(tmp_path, 1, "PASS: VM stage: 10 passed", 0)
     assert r.returncode == 1
