@@ -106,10 +106,10 @@ def summarize(runs: list[dict]) -> dict:
     """Per command and load beside it: the median and range in whole minutes of the runs that passed, by
     the rule the README and the Results page use (resultspage.command_minutes), and how many ran. The
     README's times are the entries with nothing beside the run."""
-    from bufsize.longlived.resultspage import command_minutes
+    from bufsize.longlived.resultspage import command_minutes, loads_of
 
     out: dict = {}
-    for load in ["none", *sorted({r["load"] for r in runs if r["load"] != "none"})]:
+    for load in loads_of(runs):
         for command, (med, lo, hi, n) in command_minutes(runs, load).items():
             ran = sum(r["command"] == command and r["load"] == load for r in runs)
             key = command if load == "none" else f"{command}, {load} beside it"

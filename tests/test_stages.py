@@ -58,8 +58,9 @@ def fake(path: Path, text: str, rc: int) -> Path:
     return path
 
 
-def run_stages(tmp_path: Path, py_rc: int, vm_line: str, vm_rc: int) -> subprocess.CompletedProcess:
-    py = fake(tmp_path / "python", "3 passed, 1 skipped in 0.5s", py_rc)
+def run_stages(tmp_path: Path, py_rc: int, vm_line: str, vm_rc: int, py_line: str = "3 passed, 1 skipped in 0.5s"
+               ) -> subprocess.CompletedProcess:  # fmt: skip
+    py = fake(tmp_path / "python", py_line, py_rc)
     vm = fake(tmp_path / "vm.sh", vm_line, vm_rc)
     env = {k: v for k, v in os.environ.items() if k != "BSZ_TEST_LOGS"} | {"PY": str(py), "VM_STAGE": str(vm)}
     return subprocess.run(["bash", str(REPO / "tests/stages.sh")], env=env, capture_output=True, text=True,
@@ -83,10 +84,7 @@ def test_stages_all_pass_and_say_so(tmp_path):
 def test_a_pass_with_inconclusive_claims_says_so_last(tmp_path):
     """The claims stage passes with inconclusive claims (none broken); the command's last line must not
     read as if they held."""
-    py = fake(tmp_path / "python", "claims: 2 held, 0 broken, 13 inconclusive in 700 s", 0)
-    vm = fake(tmp_path / "vm.sh", "PASS: VM stage: 10 passed", 0)
-    env = {k: v for k, v in os.environ.items() if k != "BSZ_TEST_LOGS"} | {"PY": str(py), "VM_STAGE": str(vm)}
-    r = subprocess.run(["bash", str(REPO / "tests/stages.sh")], env=env, capture_output=True, text=True, timeout=60)
+    r = run_stages(tmp_path, 0, "PASS: VM stage: 10 passed", 0, "claims: 2 held, 0 broken, 13 inconclusive in 700 s")
     assert r.returncode == 0, r.stdout
     assert summary(r.stdout)[-1].startswith("all stages passed, but 13 claim(s) inconclusive"), r.stdout
 

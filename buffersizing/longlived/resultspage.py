@@ -130,13 +130,17 @@ def command_minutes(runs: list[dict], load: str = "none") -> dict[str, tuple[int
     return out
 
 
+def loads_of(runs: list[dict]) -> list[str]:
+    """The loads the runs were made beside: "none" first, then each planted load."""
+    return ["none", *sorted({r["load"] for r in runs if r["load"] != "none"})]
+
+
 def recorded_minutes(repo: Path) -> dict[str, tuple[int, int, int, int]]:
     return command_minutes(json.loads((repo / TIMINGS).read_text())["runs"])
 
 
 def timings_section(repo: Path) -> list[str]:
     runs = json.loads((repo / TIMINGS).read_text())["runs"]
-    loads = ["none", *sorted({r["load"] for r in runs if r["load"] != "none"})]
     lines = [
         "## How long the two commands take",
         "",
@@ -147,7 +151,7 @@ def timings_section(repo: Path) -> list[str]:
         "| command | beside it | median, minutes | range, minutes | runs that passed |",
         "|---|---|---|---|---|",
     ]
-    for load in loads:
+    for load in loads_of(runs):
         for command, (med, lo, hi, n) in command_minutes(runs, load).items():
             total = sum(r["command"] == command and r["load"] == load for r in runs)
             lines.append(f"| `{command}` | {load} | {med} | {lo}..{hi} | {n} of {total} |")
